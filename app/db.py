@@ -1,0 +1,78 @@
+"""The connection pool behind the hot path, and how database failures are reported.
+
+Lock statements go straight to asyncpg (prepared once per connection, one round trip, autocommit: each
+statement is its own transaction, so CURRENT_TIMESTAMP is the database's now). SQLAlchemy owns the schema
+(``app.schema``) and the migrations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+
+from app.errors import SchemaNotMigrated, StorageUnavailable
+from app.settings import Settings
+
+logger = logging.getLogger("schedlock.db")
+
+#: Failures that mean "the database cannot answer right now" rather than "the request was wrong".
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,  # includes "connection was closed in the middle of operation"
+    asyncpg.CannotConnectNowError,
+    asyncpg.InsufficientResourcesError,
+    asyncpg.OperatorInterventionError,  # admin shutdown, crash shutdown, query canceled (statement timeout)
+    asyncpg.TooManyConnectionsError,
+)
+
+
+async def create_pool(settings: Settings) -> Any:
+    """A pool whose connections speak UTC and give up on stuck statements.
+
+    If the database is down at start-up, the pool starts empty instead of failing: the service comes up
+    unready (/readyz answers 503) and recovers by itself when the database does."""
+    try:
+        return await _pool(settings, settings.pool_min_size)
+    except _UNAVAILABLE as exc:
+        logger.error("database unavailable at start-up (%s); starting unready", type(exc).__name__)
+        return await _pool(settings, 0)
+
+
+async def _pool(settings: Settings, min_size: int) -> Any:
+    return await asyncpg.create_pool(
+        dsn=settings.asyncpg_dsn(),
+        min_size=min_size,
+        max_size=settings.pool_max_size,
+        # The default (50,000) recycles busy connections every few seconds under load.
+        max_queries=10_000_000,
+        max_inactive_connection_lifetime=300.0,
+        timeout=settings.db_connect_timeout,
+        command_timeout=settings.db_statement_timeout + 1.0,
+        server_settings={
+            "timezone": "UTC",
+            "application_name": "schedlock",
+            "statement_timeout": str(int(settings.db_statement_timeout * 1000)),
+        },
+    )
+
+
+@asynccontextmanager
+async def storage_errors(action: str) -> AsyncIterator[None]:
+    """Turn a database failure into StorageUnavailable (503). A statement whose outcome is unknown (the
+    connection broke after it was sent) is reported the same way: never as success."""
+    try:
+        yield
+    except asyncpg.UndefinedTableError:
+        raise SchemaNotMigrated(f"{action}: the lock table does not exist; run `schedlock-server migrate`") from None
+    except (asyncpg.UndefinedColumnError, asyncpg.UndefinedFunctionError):
+        raise SchemaNotMigrated(f"{action}: the lock table is not migrated; run `schedlock-server migrate`") from None
+    except _UNAVAILABLE as exc:
+        raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
