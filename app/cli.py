@@ -1,0 +1,133 @@
+"""``schedlock-server``: serve the API, run the migrations, or print the OpenAPI document."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from pydantic import SecretStr, ValidationError
+
+from app import __version__
+from app.settings import Settings
+
+logger = logging.getLogger("schedlock")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="schedlock-server",
+        description="ShedLock's lock semantics over HTTP. Configuration comes from SCHEDLOCK_* environment "
+        "variables (see the README); flags override them.",
+    )
+    parser.add_argument("--version", action="version", version=f"schedlock-server {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve the HTTP API",
+        description="Serve the HTTP API. Without SCHEDLOCK_DATABASE_URL, starts the embedded Postgres "
+        "(pgserver) in SCHEDLOCK_EMBEDDED_DATA_DIR, migrates it, and stops it on shutdown.",
+    )
+    serve.add_argument("--host", help="address to bind (default: SCHEDLOCK_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to bind (default: SCHEDLOCK_PORT or 8000)")
+    serve.add_argument(
+        "--migrate",
+        action="store_true",
+        help="run the migrations before serving (always done for the embedded database)",
+    )
+
+    sub.add_parser(
+        "migrate",
+        help="create or adopt the lock table and bring it to the newest revision",
+        description="Alembic upgrade head on SCHEDLOCK_DATABASE_URL's SCHEDLOCK_TABLE. Idempotent; "
+        "adopts an existing ShedLock table without touching its rows.",
+    )
+
+    openapi = sub.add_parser("openapi", help="print the OpenAPI document")
+    openapi.add_argument("--output", type=Path, help="write to this file instead of standard output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("pgserver", "alembic"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        print(f"schedlock-server: invalid configuration:\n{exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+        return _serve(settings.model_copy(update=overrides), migrate=args.migrate)
+    if args.command == "migrate":
+        return _migrate(settings)
+    return _openapi(settings, args.output)
+
+
+def _migrate(settings: Settings) -> int:
+    from app import migrate
+
+    if settings.database_url is None:
+        print("schedlock-server migrate: set SCHEDLOCK_DATABASE_URL", file=sys.stderr)
+        return 2
+    migrate.upgrade(settings)
+    logger.info("table %s is at the newest schema revision", settings.table)
+    return 0
+
+
+def _serve(settings: Settings, *, migrate: bool) -> int:
+    import uvicorn
+
+    from app.embedded import EmbeddedPostgres
+    from app.main import create_app
+
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the previous handler. Python's
+    # default would kill the process before the embedded Postgres is stopped; exit through `finally` instead.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    embedded = None
+    if settings.database_url is None:
+        embedded = EmbeddedPostgres(settings.embedded_data_dir)
+        settings = settings.model_copy(update={"database_url": SecretStr(embedded.start())})
+        migrate = True
+    try:
+        if migrate:
+            _migrate(settings)
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            loop="uvloop",
+            http="httptools",
+            log_config=None,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def _openapi(settings: Settings, output: Path | None) -> int:
+    from app.main import create_app
+
+    text = json.dumps(create_app(settings).openapi(), indent=2, sort_keys=False) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

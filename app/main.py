@@ -1,0 +1,66 @@
+"""The app factory: wires settings, the database pool, routes and error handlers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
+
+from app import __version__
+from app.db import create_pool
+from app.errors import install_error_handlers
+from app.locks import LockStore
+from app.migrate import head_revision, version_table_for
+from app.routes import health, locks
+from app.schema import qualified_name
+from app.settings import Settings
+
+logger = logging.getLogger("schedlock")
+
+DESCRIPTION = """\
+ShedLock's lock semantics over HTTP, on one Postgres table, using the database's clock.
+
+A job takes a named lock before it runs. If another node holds it, the job is **skipped, never waited for**.
+`lock_at_most_for` bounds how long a crashed holder blocks others; `lock_at_least_for` keeps the lock after a
+fast job ends, so a second node a moment later still skips. The table is ShedLock's own, so Java nodes using
+ShedLock's `JdbcTemplateLockProvider` with `usingDbTime()` and HTTP callers exclude each other.
+
+This is "at most one at a time", **not** "exactly once": a holder that outlives `lock_at_most_for` (a paused VM,
+a long GC) can overlap the next holder. Keep jobs idempotent, and use `fencing_token` to reject stale writers.
+
+Errors always have the shape `{"error": {"code": ..., "message": ...}}`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await create_pool(settings)
+        app.state.store = LockStore(pool, settings.table_name, settings.table_schema, settings.db_pool_timeout)
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPIOffline(
+        title="schedlock",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_tags=[
+            {"name": "locks", "description": "Acquire, release, extend and inspect named locks."},
+            {"name": "health", "description": "Probes for orchestrators."},
+        ],
+    )
+    app.state.settings = settings
+    app.state.schema_revision = head_revision()
+    app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
+    install_error_handlers(app)
+    app.include_router(locks.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,41 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.deps import StoreDep
+from app.errors import StorageUnavailable
+from app.models import ErrorBody, Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get(
+    "/healthz",
+    operation_id="health",
+    summary="Liveness: the process answers",
+    description="Always 200 while the process serves requests; does not touch the database.",
+    response_model=Health,
+)
+async def healthz() -> Response:
+    return Response(content=b'{"status":"ok"}', media_type="application/json")
+
+
+@router.get(
+    "/readyz",
+    operation_id="ready",
+    summary="Readiness: the database answers and the schema is migrated",
+    description="200 when the lock table is reachable and at the newest schema revision; 503 otherwise.",
+    response_model=Health,
+    responses={503: {"model": ErrorBody, "description": "`storage_unavailable`: database down or not migrated."}},
+)
+async def readyz(request: Request, store: StoreDep) -> Response:
+    expected: str = request.app.state.schema_revision
+    current = await store.schema_revision(request.app.state.version_table)
+    if current != expected:
+        raise StorageUnavailable(
+            f"schema is at revision {current or 'none'}, expected {expected}; run `schedlock-server migrate`"
+        )
+    return Response(content=b'{"status":"ready"}', media_type="application/json")
