@@ -1,0 +1,188 @@
+"""Shared fixtures: a real Postgres, a fresh lock table per test session, the app with its lifespan entered.
+
+The database is SCHEDLOCK_TEST_DATABASE_URL, else the local server at 127.0.0.1:5432/test, else (on a machine
+without Postgres) an embedded pgserver cluster. Each session migrates its own schema, so parallel runs never
+see each other's rows, and drops it at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from app import migrate
+from app.main import create_app
+from app.settings import Settings
+from tests.java import JavaNode
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _reachable(url: str) -> bool:
+    async def probe() -> None:
+        conn = await asyncpg.connect(url, timeout=3)
+        await conn.close()
+
+    try:
+        asyncio.run(probe())
+    except (OSError, asyncpg.PostgresError, TimeoutError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    url = os.environ.get("SCHEDLOCK_TEST_DATABASE_URL", DEFAULT_URL)
+    if _reachable(url):
+        yield url
+        return
+    if "SCHEDLOCK_TEST_DATABASE_URL" in os.environ:
+        pytest.fail(f"SCHEDLOCK_TEST_DATABASE_URL is set but unreachable: {url}")
+    from app.embedded import EmbeddedPostgres
+
+    with tempfile.TemporaryDirectory(prefix="schedlock-test-pg-") as tmp:
+        Path(tmp).chmod(0o755)
+        embedded = EmbeddedPostgres(Path(tmp) / "pgdata")
+        try:
+            yield embedded.start()
+        finally:
+            embedded.stop()
+
+
+def make_settings(database_url: str, table: str, **overrides: Any) -> Settings:
+    return Settings(database_url=SecretStr(database_url), table=table, **overrides)
+
+
+@pytest.fixture(scope="session")
+def schema(database_url: str) -> Iterator[str]:
+    """A schema of this session's own, dropped at the end."""
+    name = f"test_{uuid.uuid4().hex[:10]}"
+    yield name
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str, schema: str) -> Settings:
+    settings = make_settings(database_url, f"{schema}.shedlock")
+    migrate.upgrade(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@pytest.fixture(scope="session")
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://schedlock.test") as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+async def db(database_url: str) -> AsyncIterator[Any]:
+    """A direct connection pool, for what a test must see or do behind the service's back."""
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4, server_settings={"timezone": "UTC"})
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def name() -> str:
+    """A lock name no other test uses."""
+    return f"job-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def java(db: Any, settings: Settings) -> JavaNode:
+    """A Java ShedLock node (JdbcTemplateLockProvider, usingDbTime()) on the same table."""
+    return JavaNode(db, settings.table, hostname="java-host-1")
+
+
+@dataclass
+class LiveServer:
+    """A real `schedlock-server serve` process on the session's table."""
+
+    url: str
+    process: subprocess.Popen[str]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(settings: Settings, extra_env: dict[str, str] | None = None, port: int | None = None) -> LiveServer:
+    """Start a server process and wait until it is ready; the caller stops it (stop_server)."""
+    port = port or free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
+    env.update({"SCHEDLOCK_DATABASE_URL": settings.asyncpg_dsn(), "SCHEDLOCK_TABLE": settings.table})
+    env.update(extra_env or {})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = LiveServer(f"http://127.0.0.1:{port}", process)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited: {process.stdout.read() if process.stdout else ''}")
+        try:
+            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    stop_server(server)
+    raise RuntimeError("server did not become ready")
+
+
+def stop_server(server: LiveServer) -> str:
+    """SIGTERM, wait, and return what the server printed."""
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+    try:
+        output, _ = server.process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        output, _ = server.process.communicate()
+    return output or ""
+
+
+@pytest.fixture(scope="session")
+def live_server(settings: Settings) -> Iterator[LiveServer]:
+    server = start_server(settings)
+    yield server
+    stop_server(server)

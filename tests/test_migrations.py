@@ -1,0 +1,154 @@
+"""`schedlock-server migrate`: creates ShedLock's table, adopts an existing one with Java rows, runs twice."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from app import migrate
+from app.settings import Settings
+from tests.conftest import make_settings
+from tests.java import JavaNode
+
+JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NULL,
+    locked_at {ts} NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))"""
+
+
+@pytest.fixture
+async def fresh(database_url: str) -> AsyncIterator[tuple[Any, Settings]]:
+    schema = f"mig_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
+    try:
+        yield conn, make_settings(database_url, f"{schema}.shedlock")
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+async def upgrade(settings: Settings) -> None:
+    await asyncio.to_thread(migrate.upgrade, settings)
+
+
+async def columns(conn: Any, settings: Settings) -> dict[str, tuple[str, str, str | None]]:
+    rows = await conn.fetch(
+        "SELECT column_name, data_type, is_nullable, column_default FROM information_schema.columns "
+        "WHERE table_schema = $1 AND table_name = $2",
+        settings.table_schema,
+        settings.table_name,
+    )
+    return {r["column_name"]: (r["data_type"], r["is_nullable"], r["column_default"]) for r in rows}
+
+
+async def test_creates_shedlocks_table_with_its_exact_columns(fresh: tuple[Any, Settings]) -> None:
+    conn, settings = fresh
+    await upgrade(settings)
+    cols = await columns(conn, settings)
+    assert cols["name"][:2] == ("character varying", "NO")
+    assert cols["lock_until"][:2] == ("timestamp without time zone", "NO")
+    assert cols["locked_at"][:2] == ("timestamp without time zone", "NO")
+    assert cols["locked_by"][:2] == ("character varying", "NO")
+    lengths = dict(
+        await conn.fetch(
+            "SELECT column_name, character_maximum_length FROM information_schema.columns "
+            "WHERE table_schema = $1 AND table_name = $2 AND data_type = 'character varying'",
+            settings.table_schema,
+            settings.table_name,
+        )
+    )
+    assert lengths == {"name": 64, "locked_by": 255}
+    pk = await conn.fetchval(
+        "SELECT array_agg(a.attname) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = $1::regclass AND i.indisprimary",
+        settings.table,
+    )
+    assert pk == ["name"]
+    extra = {k: v for k, v in cols.items() if k not in ("name", "lock_until", "locked_at", "locked_by")}
+    assert extra, "schedlock's own columns"
+    for column, (_, nullable, default) in extra.items():
+        assert nullable == "YES" or default is not None, f"{column} would break Java's INSERT"
+
+
+@pytest.mark.parametrize("timestamp_type", ["TIMESTAMP", "TIMESTAMPTZ"])
+async def test_adopts_an_existing_java_table_without_touching_rows(
+    fresh: tuple[Any, Settings], timestamp_type: str
+) -> None:
+    conn, settings = fresh
+    await conn.execute(f'CREATE SCHEMA "{settings.table_schema}"')
+    await conn.execute(JAVA_DDL.format(t=settings.table, ts=timestamp_type))
+    java = JavaNode(conn, settings.table, hostname="java-host-7")
+    for i in range(50):
+        await java.insert_or_take_over(f"java-job-{i}", 600.0)
+    before = await conn.fetch(f"SELECT name, lock_until, locked_at, locked_by FROM {settings.table} ORDER BY name")
+    relfilenode = await conn.fetchval("SELECT relfilenode FROM pg_class WHERE oid = $1::regclass", settings.table)
+
+    await upgrade(settings)
+
+    after = await conn.fetch(f"SELECT name, lock_until, locked_at, locked_by FROM {settings.table} ORDER BY name")
+    assert after == before
+    assert (
+        await conn.fetchval("SELECT relfilenode FROM pg_class WHERE oid = $1::regclass", settings.table) == relfilenode
+    ), "adoption must not rewrite the table"
+    # Java's statements, unaware of the new columns, keep working on the adopted table.
+    assert not await java.insert_or_take_over("java-job-1", 600.0)
+    assert await java.unlock("java-job-1", 0.0)
+    assert await java.insert_or_take_over("java-job-1", 600.0)
+    assert await java.insert_or_take_over("brand-new", 600.0)
+
+
+async def test_running_twice_is_a_no_op(fresh: tuple[Any, Settings]) -> None:
+    conn, settings = fresh
+    await upgrade(settings)
+    java = JavaNode(conn, settings.table, hostname="java-host-1")
+    await java.insert_or_take_over("kept", 600.0)
+    row = await java.row("kept")
+    catalog = "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal"
+    await upgrade(settings)
+    assert await java.row("kept") == row
+    assert await conn.fetchval(catalog, settings.table) == 1
+    version_table = f'"{settings.table_schema}"."{migrate.version_table_for(settings)}"'
+    assert await conn.fetchval(f"SELECT version_num FROM {version_table}") == migrate.head_revision()
+
+
+async def test_the_cli_migrates(fresh: tuple[Any, Settings]) -> None:
+    conn, settings = fresh
+    env = {"SCHEDLOCK_DATABASE_URL": settings.asyncpg_dsn(), "SCHEDLOCK_TABLE": settings.table, "PATH": ""}
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "app", "migrate"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", settings.table)
+
+
+async def test_the_api_works_on_an_adopted_timestamptz_table(fresh: tuple[Any, Settings]) -> None:
+    import httpx
+
+    from app.main import create_app
+    from tests.helpers import acquire, release, seconds
+
+    conn, settings = fresh
+    await conn.execute(f'CREATE SCHEMA "{settings.table_schema}"')
+    await conn.execute(JAVA_DDL.format(t=settings.table, ts="TIMESTAMPTZ"))
+    java = JavaNode(conn, settings.table, hostname="java-host-1")
+    await java.insert_or_take_over("java-held", 600.0)
+    await upgrade(settings)
+
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        held = await acquire(client, "java-held", "10m")
+        assert held.status_code == 409
+        assert seconds(held.json()["error"]["db_time"], held.json()["error"]["lock_until"]) == pytest.approx(600, abs=2)
+        lease = (await acquire(client, "http-job", "10m", lock_at_least_for="1m")).json()
+        assert seconds(lease["locked_at"], lease["lock_until"]) == pytest.approx(600, abs=0.002)
+        released = (await release(client, "http-job", lease["token"])).json()
+        assert seconds(lease["locked_at"], released["lock_until"]) == pytest.approx(60, abs=0.002)
+        assert (await client.get("/readyz")).status_code == 200
