@@ -14,17 +14,21 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
 import tomllib
 import uuid
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import LiveServer, free_port
+from tests.conftest import LiveServer, free_port, stop_server
 
 ROOT = Path(__file__).parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -171,9 +175,11 @@ def test_healthcheck_asks_healthz_without_curl(live_server: LiveServer) -> None:
     assert down.returncode != 0
 
 
-def test_the_installed_package_migrates_from_outside_the_source_tree(tmp_path: Path, database_url: str) -> None:
-    """What the image's migration Job runs: a regular (non-editable) install of the same sources, no checkout."""
-    wheels = tmp_path / "wheels"
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The package as the image installs it: a wheel of the same sources, installed (not editable) outside both
+    the checkout and /tmp, so a test can put a fresh /tmp over it."""
+    wheels = tmp_path_factory.mktemp("wheels")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(ROOT)],
         check=True,
@@ -181,31 +187,43 @@ def test_the_installed_package_migrates_from_outside_the_source_tree(tmp_path: P
     )
     (wheel,) = wheels.glob("schedlock_server-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"app/migrations/env.py", "app/migrations/script.py.mako"} <= set(names) and any(
-        n.startswith("app/migrations/versions/0001") for n in names
-    )
+    assert {"app/migrations/env.py", "app/migrations/script.py.mako"} <= set(names)
+    assert any(n.startswith("app/migrations/versions/0001") for n in names)
     assert not any(n.startswith(("tests/", "helm/")) for n in names)
-    site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
-        check=True,
-        capture_output=True,
-    )
-    schema = f"test_image_{uuid.uuid4().hex[:8]}"
-    table = f"{schema}.shedlock"
+    site = Path(tempfile.mkdtemp(prefix="schedlock-site-", dir="/var/tmp"))
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
+            check=True,
+            capture_output=True,
+        )
+        yield site
+    finally:
+        shutil.rmtree(site)
+
+
+def image_env(site: Path, database_url: str, table: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
     env.update(
         PYTHONPATH=str(site),
         PYTHONDONTWRITEBYTECODE="1",
+        HOME="/tmp",
         SCHEDLOCK_DATABASE_URL=database_url,
         SCHEDLOCK_TABLE=table,
-        SCHEDLOCK_HOST="0.0.0.0",  # as the image sets it; migrate must not care
+        SCHEDLOCK_HOST="0.0.0.0",  # as the image sets it
         SCHEDLOCK_LOG_FORMAT="json",
     )
+    return env
+
+
+def test_the_installed_package_migrates_from_outside_the_source_tree(installed: Path, database_url: str) -> None:
+    """What the chart's migration Job runs: `schedlock-server migrate` from the installed package, no checkout."""
+    schema = f"test_image_{uuid.uuid4().hex[:8]}"
+    env = image_env(installed, database_url, f"{schema}.shedlock")
     where = subprocess.run(
         [sys.executable, "-c", "import app; print(app.__file__)"], env=env, cwd="/", capture_output=True, text=True
     )
-    assert where.stdout.strip().startswith(str(site)), where.stdout + where.stderr
+    assert where.stdout.strip().startswith(str(installed)), where.stdout + where.stderr
     try:
         result = subprocess.run(
             [sys.executable, "-m", "app", "migrate"], env=env, cwd="/", capture_output=True, text=True, timeout=120
@@ -216,6 +234,57 @@ def test_the_installed_package_migrates_from_outside_the_source_tree(tmp_path: P
         assert _table_exists(database_url, schema)
     finally:
         _drop_schema(database_url, schema)
+
+
+# Inside a private mount namespace: every mount read-only, a fresh tmpfs on /tmp (the pod's emptyDir), and a
+# probe that the package's own directory really cannot be written, before the server starts.
+_READ_ONLY = """
+set -e
+awk '$2 !~ "^/(proc|sys|dev)" {print $2}' /proc/self/mounts | while read -r mp; do
+  mount -o remount,bind,ro "$mp" 2>/dev/null || true
+done
+mount -t tmpfs -o size=64m tmpfs /tmp
+if touch "$PYTHONPATH/probe" 2>/dev/null; then echo "root filesystem still writable" >&2; exit 97; fi
+cd /tmp
+exec "$@"
+"""
+
+
+def test_migrates_and_serves_on_a_read_only_root_filesystem(installed: Path, database_url: str) -> None:
+    """readOnlyRootFilesystem, emulated: nothing but /tmp is writable, as in the chart's pods."""
+    schema = f"test_ro_{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    env = image_env(installed, database_url, f"{schema}.shedlock")
+    env["SCHEDLOCK_HOST"] = "127.0.0.1"
+    command = [sys.executable, "-m", "app", "serve", "--migrate", "--port", str(port)]
+    process = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", _READ_ONLY, "sh", *command],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    server = LiveServer(f"http://127.0.0.1:{port}", process)
+    server.drain()
+    try:
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert process.poll() is None, "".join(server.output)
+        lease = httpx.post(f"{server.url}/v1/locks/ro-job/acquire", json={"lock_at_most_for": "1m"})
+        assert lease.status_code == 200, lease.text
+        released = httpx.post(f"{server.url}/v1/locks/ro-job/release", json={"token": lease.json()["token"]})
+        assert released.status_code == 200
+        assert "schedlock_lock_operations_total" in httpx.get(f"{server.url}/metrics").text
+    finally:
+        output = stop_server(server)
+        _drop_schema(database_url, schema)
+    assert "Read-only file system" not in output, output
+    assert process.returncode == 0, output
 
 
 def _table_exists(url: str, schema: str) -> bool:
