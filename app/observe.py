@@ -131,7 +131,7 @@ class RequestObserver:
             fields["lock"] = name if len(name) <= 64 else name[:64] + "…"
         if outcome is not None:
             fields["outcome"] = outcome
-        if route is UNMATCHED:
+        if route == UNMATCHED:
             fields["path"] = scope["path"][:200]
         client = scope.get("client")
         if client:
