@@ -13,6 +13,7 @@ from types import FrameType
 from pydantic import SecretStr, ValidationError
 
 from app import __version__
+from app.logs import configure_logging
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock")
@@ -55,14 +56,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for chatty in ("pgserver", "alembic"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         settings = Settings()
     except ValidationError as exc:
         print(f"schedlock-server: invalid configuration:\n{exc}", file=sys.stderr)
         return 2
+    configure_logging(settings.log_level, settings.log_format)
     if args.command == "serve":
         overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
         return _serve(settings.model_copy(update=overrides), migrate=args.migrate)
@@ -106,6 +105,7 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
             loop="uvloop",
             http="httptools",
             log_config=None,
+            access_log=False,  # app.observe writes one structured line per request instead
             timeout_graceful_shutdown=10,
         )
     finally:

@@ -117,6 +117,7 @@ class LockStore:
             UNION ALL
             SELECT false, {_ROW}, {_NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
         self._get_sql = f"SELECT {_ROW}, {_NOW} AS db_time FROM {t} WHERE name = $1"
+        self._count_held_sql = f"SELECT count(*) AS n FROM {t} WHERE lock_until > {_NOW}"
 
     async def _fetch(self, action: str, sql: str, *args: Any) -> list[Any]:
         async with storage_errors(action), self._pool.acquire(timeout=self._pool_timeout) as conn:
@@ -182,6 +183,11 @@ class LockStore:
         except SchemaNotMigrated:
             return None
         return str(rows[0]["version_num"]) if rows else None
+
+    async def count_held(self) -> int:
+        """How many locks are held now (Java rows too). A scan of the table: for metrics, not the hot path."""
+        rows = await self._fetch("count held locks", self._count_held_sql)
+        return int(rows[0]["n"])
 
     @staticmethod
     def _outcome(name: str, rows: list[Any], action: str) -> LockRow:

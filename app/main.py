@@ -12,8 +12,10 @@ from fastapi_offline import FastAPIOffline
 from app import __version__
 from app.db import create_pool
 from app.errors import install_error_handlers
-from app.locks import LockStore
+from app.metrics import MeasuredLockStore, Metrics
+from app.metrics import router as metrics_router
 from app.migrate import head_revision, version_table_for
+from app.observe import RequestObserver
 from app.routes import health, locks
 from app.schema import qualified_name
 from app.settings import Settings
@@ -37,11 +39,15 @@ Errors always have the shape `{"error": {"code": ..., "message": ...}}`.
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(settings)
-        app.state.store = LockStore(pool, settings.table_name, settings.table_schema, settings.db_pool_timeout)
+        app.state.store = MeasuredLockStore(
+            metrics, pool, settings.table_name, settings.table_schema, settings.db_pool_timeout
+        )
+        metrics.watch(pool, app.state.store)
         try:
             yield
         finally:
@@ -55,12 +61,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_tags=[
             {"name": "locks", "description": "Acquire, release, extend and inspect named locks."},
             {"name": "health", "description": "Probes for orchestrators."},
+            {"name": "observability", "description": "Prometheus metrics."},
         ],
     )
     app.state.settings = settings
+    app.state.metrics = metrics
     app.state.schema_revision = head_revision()
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
     install_error_handlers(app)
     app.include_router(locks.router)
     app.include_router(health.router)
+    app.include_router(metrics_router)
+    app.add_middleware(RequestObserver, metrics=metrics)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +37,16 @@ class Settings(BaseSettings):
     db_connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to open a connection.")
     db_statement_timeout: float = Field(default=5.0, gt=0, description="Seconds a lock statement may run.")
     db_pool_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait for a free connection.")
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Case-insensitive.")
+    log_format: Literal["auto", "json", "human"] = Field(
+        default="auto", description="json: one object per line; human: for a terminal; auto: human on a TTY."
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("table")
     @classmethod

@@ -1,0 +1,256 @@
+"""Logs: one structured line per request, the configured level and format, and never a secret."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from app.logs import HumanFormatter, JsonFormatter, configure_logging, redact, request_id
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import start_server, stop_server
+from tests.helpers import acquire, release
+
+SECRET_PASSWORD = "pw-Zq8vX1-do-not-log"
+BEARER = "sl_live_9f2c4b7e1a-do-not-log"
+
+
+@contextmanager
+def captured(formatter: logging.Formatter | None = None, level: int = logging.DEBUG) -> Iterator[io.StringIO]:
+    """What the schedlock loggers write while the block runs, formatted as the server would."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter or JsonFormatter())
+    logger = logging.getLogger("schedlock")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield stream
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def access(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [line for line in lines(stream) if line["logger"] == "schedlock.access"]
+
+
+async def test_one_json_line_per_request_with_route_outcome_and_request_id(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    with captured() as out:
+        ok = await acquire(client, name, "10m")
+        held = await acquire(client, name, "10m")
+        await release(client, name, ok.json()["token"])
+    first, second, third = access(out)
+    assert first == {
+        "time": first["time"],
+        "level": "info",
+        "logger": "schedlock.access",
+        "message": "POST /v1/locks/{name}/acquire 200",
+        "method": "POST",
+        "route": "/v1/locks/{name}/acquire",
+        "status": 200,
+        "duration_ms": first["duration_ms"],
+        "request_id": ok.headers["x-request-id"],
+        "lock": name,
+        "outcome": "acquired",
+        "client": "127.0.0.1",
+    }
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["time"])
+    assert 0 < first["duration_ms"] < 10_000
+    assert (second["status"], second["outcome"], second["request_id"]) == (409, "held", held.headers["x-request-id"])
+    assert (third["route"], third["outcome"]) == ("/v1/locks/{name}/release", "released")
+    assert len({first["request_id"], second["request_id"], third["request_id"]}) == 3
+
+
+async def test_a_callers_request_id_is_kept_and_a_bad_one_replaced(client: httpx.AsyncClient, name: str) -> None:
+    with captured() as out:
+        kept = await client.get(f"/v1/locks/{name}", headers={"x-request-id": "cron-42.host-3"})
+        replaced = await client.get(f"/v1/locks/{name}", headers={"x-request-id": "no spaces\tor tabs " + "x" * 80})
+    assert kept.headers["x-request-id"] == "cron-42.host-3"
+    assert re.fullmatch(r"[0-9a-f]{16}", replaced.headers["x-request-id"])
+    assert [line["request_id"] for line in access(out)] == ["cron-42.host-3", replaced.headers["x-request-id"]]
+    assert [line["status"] for line in access(out)] == [404, 404]
+
+
+async def test_levels_probes_quiet_failures_loud(client: httpx.AsyncClient) -> None:
+    with captured() as out:
+        await client.get("/healthz")
+        await client.get("/readyz")
+        await client.get("/metrics")
+        await client.get("/v1/locks", params={"limit": 0})
+        await client.get("/nowhere/else")
+    levels = [(line["route"], line["level"]) for line in access(out)]
+    assert levels == [
+        ("/healthz", "debug"),
+        ("/readyz", "debug"),
+        ("/metrics", "debug"),
+        ("/v1/locks", "info"),
+        ("unmatched", "info"),
+    ]
+    assert access(out)[-1]["path"] == "/nowhere/else"
+
+
+async def test_storage_failures_are_warnings_without_the_password() -> None:
+    settings = Settings(
+        database_url=SecretStr(f"postgresql://u:{SECRET_PASSWORD}@127.0.0.1:1/nowhere"), db_connect_timeout=1.0
+    )
+    with captured() as out:
+        app = create_app(settings)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+        ):
+            await client.post("/v1/locks/x/acquire", json={"lock_at_most_for": "1m"})
+            await client.get("/readyz")
+    text = out.getvalue()
+    assert SECRET_PASSWORD not in text
+    assert [(line["route"], line["status"], line["level"]) for line in access(out)] == [
+        ("/v1/locks/{name}/acquire", 503, "warning"),
+        ("/readyz", 503, "warning"),
+    ]
+    assert access(out)[0]["outcome"] == "error"
+    assert any(line["logger"] == "schedlock.db" for line in lines(out))  # "database unavailable at start-up"
+
+
+async def test_human_format_for_a_terminal(client: httpx.AsyncClient, name: str) -> None:
+    with captured(HumanFormatter()) as out:
+        r = await acquire(client, name, "10m")
+    line = out.getvalue().strip()
+    assert re.fullmatch(
+        rf"\S+Z INFO  schedlock.access: POST /v1/locks/\{{name\}}/acquire 200 method=POST "
+        rf"route=/v1/locks/\{{name\}}/acquire status=200 duration_ms=[\d.]+ request_id={r.headers['x-request-id']} "
+        rf"lock={name} outcome=acquired client=127.0.0.1",
+        line,
+    ), line
+
+
+def test_every_line_written_during_a_request_carries_its_id() -> None:
+    logger = logging.getLogger("schedlock.test")
+    with captured() as out:
+        token = request_id.set("req-7")
+        try:
+            logger.warning("inside")
+        finally:
+            request_id.reset(token)
+        logger.warning("outside")
+    inside, outside = lines(out)
+    assert inside["request_id"] == "req-7" and "request_id" not in outside
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("connect to postgresql://app:s3cr3t@db:5432/jobs failed", "s3cr3t"),
+        ("postgresql+asyncpg://app:p%40ss@db/jobs", "p%40ss"),
+        ("header Authorization: Bearer abc.def-ghi", "abc.def-ghi"),
+        ("{'authorization': 'bearer xyz123'}", "xyz123"),
+    ],
+)
+def test_redaction_masks_url_passwords_and_bearer_tokens(text: str, secret: str) -> None:
+    masked = redact(text)
+    assert secret not in masked and "***" in masked
+    logger = logging.getLogger("schedlock.test")
+    with captured() as out:
+        try:
+            raise RuntimeError(text)
+        except RuntimeError:
+            logger.exception("failed: %s", text)
+    assert secret not in out.getvalue() and "RuntimeError" in out.getvalue()
+
+
+def test_redaction_leaves_ordinary_text_alone() -> None:
+    for text in ("user@example.com acquired nightly", "POST /v1/locks/{name}/acquire 200", "http://host/x@y"):
+        assert redact(text) == text
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    switches = (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = switches
+    logging.getLogger("uvicorn.access").disabled = False
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_configured_level_and_format() -> None:
+    stream = io.StringIO()
+    configure_logging("WARNING", "json", stream)
+    logging.getLogger("schedlock.test").info("hidden")
+    logging.getLogger("schedlock.test").warning("shown")
+    assert [line["message"] for line in lines(stream)] == ["shown"]
+
+    stream = io.StringIO()
+    configure_logging("DEBUG", "auto", stream)  # not a terminal: JSON
+    logging.getLogger("schedlock.test").debug("detail")
+    assert lines(stream)[0]["level"] == "debug"
+
+
+def test_log_settings_are_validated() -> None:
+    assert Settings(log_level="debug", log_format="human").log_level == "DEBUG"
+    with pytest.raises(ValidationError):
+        Settings(log_level="verbose")
+    with pytest.raises(ValidationError):
+        Settings(log_format="xml")
+
+
+def _with_password(url: str) -> tuple[str, str]:
+    """The URL with a password the trust-authenticated test database ignores, and the password to look for."""
+    parts = urlsplit(url)
+    if parts.password or not parts.username or not parts.hostname:
+        return url, parts.password or SECRET_PASSWORD
+    netloc = f"{parts.username}:{SECRET_PASSWORD}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc)), SECRET_PASSWORD
+
+
+def test_the_real_server_writes_json_lines_without_secrets(settings: Settings, name: str) -> None:
+    url, password = _with_password(settings.asyncpg_dsn())
+    server = start_server(
+        settings.model_copy(update={"database_url": SecretStr(url)}),
+        extra_env={"SCHEDLOCK_LOG_FORMAT": "json", "SCHEDLOCK_LOG_LEVEL": "debug"},
+    )
+    try:
+        with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {BEARER}"}) as client:
+            lease = client.post(f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "1m"})
+            client.post(f"/v1/locks/{name}/extend", json={"token": lease.json()["token"], "lock_at_most_for": "2m"})
+            client.post(f"/v1/locks/{name}/release", json={"token": lease.json()["token"]})
+            client.post(f"/v1/locks/{name}/release", json={"token": "wrong"})
+            client.get("/metrics")
+            ids = [lease.headers["x-request-id"]]
+    finally:
+        output = stop_server(server)
+    records = [json.loads(line) for line in output.splitlines() if line.strip()]  # every line is JSON
+    assert password not in output and lease.json()["token"] not in output and BEARER not in output
+    requests = [r for r in records if r["logger"] == "schedlock.access" and r.get("lock") == name]
+    assert [(r["route"].rsplit("/", 1)[-1], r["outcome"]) for r in requests] == [
+        ("acquire", "acquired"),
+        ("extend", "extended"),
+        ("release", "released"),
+        ("release", "not_holder"),
+    ]
+    assert requests[0]["request_id"] == ids[0]
+    assert not any("HTTP/1.1" in r["message"] for r in records)  # uvicorn's own access log is off
+    assert any(r["logger"].startswith("uvicorn") for r in records)  # its start-up lines come through as JSON
