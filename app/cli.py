@@ -93,7 +93,16 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
     embedded = None
     if settings.database_url is None:
         embedded = EmbeddedPostgres(settings.embedded_data_dir)
-        settings = settings.model_copy(update={"database_url": SecretStr(embedded.start())})
+        try:
+            url = embedded.start()
+        except ModuleNotFoundError:
+            print(
+                "schedlock-server: SCHEDLOCK_DATABASE_URL is not set and the embedded database (the `pgserver` "
+                "package) is not installed; set SCHEDLOCK_DATABASE_URL or `pip install pgserver`",
+                file=sys.stderr,
+            )
+            return 2
+        settings = settings.model_copy(update={"database_url": SecretStr(url)})
         migrate = True
     try:
         if migrate:

@@ -14,7 +14,7 @@ from app.db import create_pool
 from app.errors import install_error_handlers
 from app.metrics import MeasuredLockStore, Metrics
 from app.metrics import router as metrics_router
-from app.migrate import head_revision, version_table_for
+from app.migrate import head_revision, known_revisions, version_table_for
 from app.observe import RequestObserver
 from app.routes import health, locks
 from app.schema import qualified_name
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.schema_revision = head_revision()
+    app.state.known_revisions = known_revisions()
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
     install_error_handlers(app)
     app.include_router(locks.router)

@@ -31,6 +31,16 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> frozenset[str]:
+    return frozenset(script.revision for script in ScriptDirectory(str(_MIGRATIONS)).walk_revisions())
+
+
+def is_ready_revision(current: str | None, head: str, known: frozenset[str]) -> bool:
+    """Serving is safe at our head, and at any revision this release does not know: a newer release migrated
+    the table ahead of us (rolling upgrades migrate first, then replace pods; migrations only ever add)."""
+    return current is not None and (current == head or current not in known)
+
+
 def upgrade(settings: Settings) -> None:
     """Create or adopt the lock table and bring it to the newest revision. Safe to run any number of times."""
     command.upgrade(alembic_config(settings), "head")

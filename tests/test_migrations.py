@@ -152,3 +152,25 @@ async def test_the_api_works_on_an_adopted_timestamptz_table(fresh: tuple[Any, S
         released = (await release(client, "http-job", lease["token"])).json()
         assert seconds(lease["locked_at"], released["lock_until"]) == pytest.approx(60, abs=0.002)
         assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_readyz_accepts_a_newer_schema_and_refuses_none(fresh: tuple[Any, Settings]) -> None:
+    import httpx
+
+    from app.main import create_app
+
+    conn, settings = fresh
+    await upgrade(settings)
+    version_table = f'"{settings.table_schema}"."{migrate.version_table_for(settings)}"'
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        assert (await client.get("/readyz")).status_code == 200
+        # A newer release migrated ahead of this one (rolling upgrade): this one may keep serving.
+        await conn.execute(f"UPDATE {version_table} SET version_num = 'from_a_newer_release'")
+        assert (await client.get("/readyz")).status_code == 200
+        await conn.execute(f"DELETE FROM {version_table}")
+        r = await client.get("/readyz")
+        assert r.status_code == 503 and "migrate" in r.json()["error"]["message"]

@@ -7,6 +7,7 @@ from starlette.responses import Response
 
 from app.deps import StoreDep
 from app.errors import StorageUnavailable
+from app.migrate import is_ready_revision
 from app.models import ErrorBody, Health
 
 router = APIRouter(tags=["health"])
@@ -27,14 +28,15 @@ async def healthz() -> Response:
     "/readyz",
     operation_id="ready",
     summary="Readiness: the database answers and the schema is migrated",
-    description="200 when the lock table is reachable and at the newest schema revision; 503 otherwise.",
+    description="200 when the lock table is reachable and migrated to this release's schema revision (or a newer "
+    "one, during a rolling upgrade); 503 otherwise.",
     response_model=Health,
     responses={503: {"model": ErrorBody, "description": "`storage_unavailable`: database down or not migrated."}},
 )
 async def readyz(request: Request, store: StoreDep) -> Response:
     expected: str = request.app.state.schema_revision
     current = await store.schema_revision(request.app.state.version_table)
-    if current != expected:
+    if not is_ready_revision(current, expected, request.app.state.known_revisions):
         raise StorageUnavailable(
             f"schema is at revision {current or 'none'}, expected {expected}; run `schedlock-server migrate`"
         )
