@@ -19,6 +19,8 @@ _ISO = re.compile(
     re.IGNORECASE,
 )
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+# The server's sanity ceiling (its configured maximum, 7 days by default, is checked by the server alone).
+_CEILING = timedelta(days=100_000)
 
 
 def parse_duration(value: DurationLike, what: str = "duration") -> timedelta:
@@ -35,6 +37,8 @@ def parse_duration(value: DurationLike, what: str = "duration") -> timedelta:
         raise ValueError(f"{what}: expected a timedelta or a string such as '10m', got {type(value).__name__}")
     if result < timedelta(0):
         raise ValueError(f"{what}: must not be negative")
+    if result > _CEILING:
+        raise ValueError(f"{what}: too large")
     return result
 
 
