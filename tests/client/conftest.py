@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -60,11 +61,39 @@ def cli(url: str, *args: str, timeout: float = 60, stdin: str | None = None) -> 
     )
 
 
-def start_cli(url: str, args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [SCHEDLOCK, *args],
-        env=env or cli_env(url),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+Spawn = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def spawn(url: str) -> Iterator[Spawn]:
+    """Start a process (``spawn(argv, url=...)``) with SCHEDLOCK_URL set; whatever still runs at the end is
+    stopped (SIGTERM first, which schedlock forwards to its command) and its pipes closed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(argv: Sequence[str], url_: str | None = None) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            list(argv), env=cli_env(url_ or url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        process.communicate()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def wait_for(path: Path, timeout: float = 20) -> None:
+    wait_until(path.exists, timeout, str(path))

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from schedlock import LockClient
-from tests.client.conftest import cli, cli_env, start_cli
+from schedlock import LockClient, LockHeld
+from tests.client.conftest import SCHEDLOCK, Spawn, cli, wait_for, wait_until
 from tests.client.test_keepalive import steal
 
 # The real CLI with keep-alive's 30s floor lowered to 1s (the same private hook as the fast_keep_alive fixture).
@@ -24,13 +24,6 @@ FAST_KEEP_ALIVE_CLI = (
 )
 
 
-def wait_for(path: Path, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
 def test_help_explains_the_exit_codes(url: str) -> None:
     result = cli(url, "run", "--help")
     assert result.returncode == 0
@@ -38,10 +31,13 @@ def test_help_explains_the_exit_codes(url: str) -> None:
         assert text in result.stdout, text
 
 
-def test_two_concurrent_runs_exactly_one_runs_the_command(url: str, name: str, tmp_path: Path) -> None:
-    log = tmp_path / "runs"
-    command = ["sh", "-c", f'echo "$SCHEDLOCK_FENCING_TOKEN" >> {log}; sleep 2']
-    runs = [start_cli(url, ["run", "--name", name, "--at-most", "1m", "--", *command]) for _ in range(4)]
+def test_two_concurrent_runs_exactly_one_runs_the_command(url: str, name: str, tmp_path: Path, spawn: Spawn) -> None:
+    log, stop = tmp_path / "runs", tmp_path / "stop"
+    # The winner runs until told to stop, so every other run must find the lock held, however slow it starts.
+    command = ["sh", "-c", f'echo "$SCHEDLOCK_FENCING_TOKEN" >> {log}; while [ ! -e {stop} ]; do sleep 0.05; done']
+    runs = [spawn([SCHEDLOCK, "run", "--name", name, "--at-most", "1m", "--", *command]) for _ in range(4)]
+    wait_until(lambda: sum(run.poll() is not None for run in runs) == 3, 60, "three runs to skip")
+    stop.touch()
     outputs = [run.communicate(timeout=30) for run in runs]
     assert [run.returncode for run in runs] == [0, 0, 0, 0]
     assert outputs == [("", "")] * 4  # the skipped ones are silent: cron sends no mail
@@ -85,10 +81,10 @@ def test_a_killed_command_gives_128_plus_the_signal_and_is_released(url: str, na
         assert not client.get(name).held
 
 
-def test_sigterm_is_forwarded_and_the_lock_released(url: str, name: str, tmp_path: Path) -> None:
+def test_sigterm_is_forwarded_and_the_lock_released(url: str, name: str, tmp_path: Path, spawn: Spawn) -> None:
     ready, got = tmp_path / "ready", tmp_path / "got-term"
     script = f"trap 'touch {got}; exit 9' TERM; touch {ready}; while :; do sleep 0.1; done"
-    run = start_cli(url, ["run", "--name", name, "--at-most", "1m", "--", "sh", "-c", script])
+    run = spawn([SCHEDLOCK, "run", "--name", name, "--at-most", "1m", "--", "sh", "-c", script])
     wait_for(ready)
     run.send_signal(signal.SIGTERM)
     run.communicate(timeout=10)
@@ -184,35 +180,39 @@ def test_list_when_the_service_is_down(dead_url: str) -> None:
 # --- keep-alive ---------------------------------------------------------------------------------------------------
 
 
-def start_fast_keep_alive_cli(url: str, args: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", FAST_KEEP_ALIVE_CLI, *args],
-        env=cli_env(url),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def fast(*args: str) -> list[str]:
+    """The real CLI with keep-alive's 30s floor lowered to 1s."""
+    return [sys.executable, "-c", FAST_KEEP_ALIVE_CLI, *args]
 
 
-def test_keep_alive_keeps_the_command_running_past_lock_at_most_for(url: str, name: str) -> None:
-    run = start_fast_keep_alive_cli(url, ["run", "--keep-alive", "--name", name, "--at-most", "2s", "--", "sleep", "5"])
-    time.sleep(4)  # twice lock_at_most_for
-    competitor = cli(url, "run", "-v", "--name", name, "--at-most", "2s", "--", "echo", "ran")
-    assert competitor.returncode == 0 and competitor.stdout == "" and "held by" in competitor.stderr
-    _, stderr = run.communicate(timeout=20)
-    assert run.returncode == 0, stderr
+def test_keep_alive_keeps_the_command_running_past_lock_at_most_for(
+    url: str, name: str, tmp_path: Path, spawn: Spawn
+) -> None:
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    script = f"touch {ready}; while [ ! -e {stop} ]; do sleep 0.05; done"
+    run = spawn(fast("run", "--keep-alive", "--name", name, "--at-most", "2s", "--", "sh", "-c", script))
+    wait_for(ready)
     with LockClient(url) as client:
+        first = client.get(name)
+        time.sleep(4)  # twice lock_at_most_for
+        with pytest.raises(LockHeld):
+            client.acquire(name, "2s")
+        later = client.get(name)
+        assert later.held and later.fencing_token == first.fencing_token and later.locked_at == first.locked_at
+        assert later.db_time - later.locked_at > timedelta(seconds=4)  # held for twice lock_at_most_for
+        assert later.lock_until > first.lock_until
+        stop.touch()
+        _, stderr = run.communicate(timeout=20)
+        assert run.returncode == 0, stderr
         assert not client.get(name).held
 
 
 async def test_a_stolen_lock_terminates_the_command(
-    url: str, name: str, db: Any, settings: Any, tmp_path: Path
+    url: str, name: str, db: Any, settings: Any, tmp_path: Path, spawn: Spawn
 ) -> None:
     ready, got = tmp_path / "ready", tmp_path / "got-term"
     script = f"trap 'touch {got}; exit 0' TERM; touch {ready}; while :; do sleep 0.1; done"
-    run = start_fast_keep_alive_cli(
-        url, ["run", "--keep-alive", "--name", name, "--at-most", "2s", "--", "sh", "-c", script]
-    )
+    run = spawn(fast("run", "--keep-alive", "--name", name, "--at-most", "2s", "--", "sh", "-c", script))
     await asyncio.to_thread(wait_for, ready)
     await steal(db, settings.table, name)
     _, stderr = await asyncio.to_thread(run.communicate, timeout=20)
@@ -221,12 +221,12 @@ async def test_a_stolen_lock_terminates_the_command(
 
 
 async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(
-    url: str, name: str, db: Any, settings: Any, tmp_path: Path
+    url: str, name: str, db: Any, settings: Any, tmp_path: Path, spawn: Spawn
 ) -> None:
     ready = tmp_path / "ready"
     script = f"trap '' TERM; touch {ready}; while :; do sleep 0.1; done"
     args = ["run", "--keep-alive", "--kill-after", "1s", "--name", name, "--at-most", "2s", "--", "sh", "-c", script]
-    run = start_fast_keep_alive_cli(url, args)
+    run = spawn(fast(*args))
     await asyncio.to_thread(wait_for, ready)
     await steal(db, settings.table, name)
     stolen = time.monotonic()
@@ -236,12 +236,12 @@ async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(
 
 
 async def test_a_real_30s_keep_alive_lock_stolen_terminates_the_command(
-    url: str, name: str, db: Any, settings: Any, tmp_path: Path
+    url: str, name: str, db: Any, settings: Any, tmp_path: Path, spawn: Spawn
 ) -> None:
     """No test hook: the production minimum (30s), so the first extension comes after 15s."""
     ready = tmp_path / "ready"
     script = f"touch {ready}; sleep 60"
-    run = start_cli(url, ["run", "--keep-alive", "--name", name, "--at-most", "30s", "--", "sh", "-c", script])
+    run = spawn([SCHEDLOCK, "run", "--keep-alive", "--name", name, "--at-most", "30s", "--", "sh", "-c", script])
     await asyncio.to_thread(wait_for, ready)
     await steal(db, settings.table, name)
     stolen = time.monotonic()
