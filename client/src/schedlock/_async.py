@@ -322,3 +322,6 @@ class AsyncLease(LeaseBase):
                 logger.warning("could not extend lock %r, retrying: %s", self.name, exc)
             except SchedlockError:
                 return  # refused: extend() has marked the lease lost
+            except Exception as exc:  # a bug must not leave the lease silently unextended
+                self._lose(f"keep-alive failed: {exc!r}", exc)
+                return

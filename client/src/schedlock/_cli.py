@@ -118,7 +118,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     which = list_parser.add_mutually_exclusive_group()
     which.add_argument("--held", dest="held", action="store_const", const=True, help="only held locks")
     which.add_argument("--free", dest="held", action="store_const", const=False, help="only free locks")
-    list_parser.add_argument("--limit", type=int, help="at most this many locks (default: all)")
+    list_parser.add_argument("--limit", type=_positive_int, help="at most this many locks (default: all)")
     list_parser.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
 
     status_parser = sub.add_parser(
@@ -256,6 +256,13 @@ def _release(client: LockClient, args: argparse.Namespace) -> int:
     released = client.release(args.name, token)
     print(f"released {released.name!r}; free from {format_time(released.lock_until)}")
     return Exit.OK
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _seconds(total: float) -> str:

@@ -170,4 +170,5 @@ def _supervise(options: RunOptions, env: dict[str, str], signals: _Signals, lost
         signals.child = None
     if terminating_since is not None:  # the loss is what ended the command
         return Exit.LOCK_LOST
-    return 128 - returncode if returncode < 0 else returncode
+    # Popen reports "killed by signal N" as -N; shells (and we) report 128+N.
+    return 128 + -returncode if returncode < 0 else returncode
