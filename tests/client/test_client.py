@@ -186,6 +186,34 @@ def test_a_release_that_keeps_failing_is_logged_not_raised(
         assert "could not release lock" in caplog.text
 
 
+class AsyncLoseReleaseAnswers(httpx.AsyncBaseTransport):
+    def __init__(self, lose: int) -> None:
+        self.real = httpx.AsyncHTTPTransport()
+        self.lose = lose
+        self.releases = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.real.handle_async_request(request)
+        if request.url.path.endswith("/release"):
+            self.releases += 1
+            await response.aread()
+            if self.releases <= self.lose:
+                raise httpx.ReadError("connection reset by peer", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+async def test_async_release_retries_when_the_answer_is_lost(url: str, name: str) -> None:
+    transport = AsyncLoseReleaseAnswers(lose=1)
+    async with AsyncLockClient(url, transport=transport) as client:
+        async with await client.acquire(name, "1m") as lease:
+            pass
+        assert lease.state is LeaseState.RELEASED and transport.releases == 2
+        assert not (await client.get(name)).held
+
+
 async def test_async_acquire_held_release(async_client: AsyncLockClient, name: str) -> None:
     lease = await async_client.acquire(name, "1m", holder="async node")
     with pytest.raises(LockHeld) as held:
