@@ -1,0 +1,327 @@
+"""The asyncio client, its lease, and keep-alive as a task that cancels the body when the lock is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+import httpx
+
+from schedlock._base import (
+    RELEASE_RETRY_DELAYS,
+    Call,
+    ClientConfig,
+    acquire_call,
+    decode,
+    extend_call,
+    get_call,
+    list_call,
+    release_call,
+    unreachable,
+    windows,
+)
+from schedlock._durations import DurationLike
+from schedlock._exceptions import LockHeld, LockLost, NotHolder, NotLocked, SchedlockError, ServiceUnavailable
+from schedlock._keepalive import check_keep_alive
+from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
+from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
+from schedlock._policy import OnUnavailable, default_holder, log_skip, run_without_lock
+
+T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class AsyncLockClient:
+    """The asyncio twin of :class:`LockClient`: same arguments, same calls, awaited."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        holder: str | None = None,
+        on_unavailable: OnUnavailable | str = OnUnavailable.FAIL_CLOSED,
+        transport: httpx.AsyncBaseTransport | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._config = ClientConfig.resolve(base_url, token, timeout, holder, on_unavailable)
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.AsyncClient(transport=transport)
+
+    @property
+    def base_url(self) -> str:
+        return self._config.base_url
+
+    def __repr__(self) -> str:
+        return f"<AsyncLockClient {self.base_url}>"
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncLockClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _send(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method,
+                self._config.base_url + call.path,
+                json=dict(call.json) if call.json is not None else None,
+                params=dict(call.params) if call.params is not None else None,
+                headers=self._config.headers(),
+                timeout=self._config.timeout,
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(call, self._config.base_url, exc) from exc
+        return decode(call, response)
+
+    async def acquire(
+        self,
+        name: str,
+        lock_at_most_for: DurationLike,
+        lock_at_least_for: DurationLike = 0,
+        *,
+        holder: str | None = None,
+        keep_alive: bool = False,
+        on_lost: OnLost | None = None,
+    ) -> AsyncLease:
+        """Take the lock now or raise :class:`LockHeld`; never waits. See :meth:`LockClient.acquire`.
+
+        With ``keep_alive``, a task extends the lease; if it is lost, the task running ``async with lease:`` is
+        cancelled and the ``async with`` raises :class:`LockLost`.
+        """
+        at_most, at_least = windows(lock_at_most_for, lock_at_least_for)
+        if keep_alive:
+            check_keep_alive(at_most)
+        started = time.monotonic()
+        acquired = await self._send(
+            acquire_call(name, at_most, at_least or timedelta(0), holder or self._config.holder or default_holder())
+        )
+        lease = AsyncLease(self, acquired, at_most, at_least or timedelta(0), started, on_lost)
+        if keep_alive:
+            lease._start_keep_alive()
+        return lease
+
+    async def release(self, name: str, token: str) -> Released:
+        """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent)."""
+        call = release_call(name, token)
+        for delay in RELEASE_RETRY_DELAYS:
+            try:
+                return await self._send(call)
+            except ServiceUnavailable as exc:
+                logger.warning("release of %r failed, retrying in %gs: %s", name, delay, exc)
+                await asyncio.sleep(delay)
+        return await self._send(call)
+
+    async def extend(
+        self, name: str, token: str, lock_at_most_for: DurationLike, lock_at_least_for: DurationLike | None = None
+    ) -> Extended:
+        """Move lock_until to the database's now + lock_at_most_for; :class:`NotHolder` once the lease is over."""
+        at_most, at_least = windows(lock_at_most_for, lock_at_least_for)
+        return await self._send(extend_call(name, token, at_most, at_least))
+
+    async def get(self, name: str) -> LockInfo:
+        """The lock as the database has it; :class:`LockNotFound` if it was never taken."""
+        return await self._send(get_call(name))
+
+    async def list(
+        self, *, prefix: str | None = None, held: bool | None = None, limit: int = 100, cursor: str | None = None
+    ) -> LockPage:
+        """One page of locks in name order, optionally only names starting with ``prefix``, only held/free ones."""
+        return await self._send(list_call(prefix, held, limit, cursor))
+
+    async def iter_locks(
+        self, *, prefix: str | None = None, held: bool | None = None, page_size: int = 100
+    ) -> AsyncIterator[LockInfo]:
+        """Every lock matching the filters, following the pages."""
+        cursor: str | None = None
+        while True:
+            page = await self.list(prefix=prefix, held=held, limit=page_size, cursor=cursor)
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def scheduler_lock(
+        self,
+        name: str,
+        lock_at_most_for: DurationLike,
+        lock_at_least_for: DurationLike = 0,
+        *,
+        keep_alive: bool = False,
+        on_unavailable: OnUnavailable | str | None = None,
+        on_lost: OnLost | None = None,
+        holder: str | None = None,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R | None]]]:
+        """Decorate an ``async def`` job so it runs only under the lock; see :meth:`LockClient.scheduler_lock`.
+
+        With ``keep_alive``, losing the lock cancels the job and the call raises :class:`LockLost`.
+        """
+        at_most, at_least = windows(lock_at_most_for, lock_at_least_for)
+        if keep_alive:
+            check_keep_alive(at_most)
+        policy = OnUnavailable(on_unavailable) if on_unavailable is not None else self._config.on_unavailable
+
+        def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R | None]]:
+            if not inspect.iscoroutinefunction(func):
+                raise TypeError(f"{func.__qualname__} is not async: decorate it with LockClient.scheduler_lock")
+            job = func.__qualname__
+
+            @functools.wraps(func)
+            async def locked(*args: P.args, **kwargs: P.kwargs) -> R | None:
+                try:
+                    lease = await self.acquire(
+                        name,
+                        at_most,
+                        at_least or timedelta(0),
+                        holder=holder or self._config.holder or default_holder(job),
+                        keep_alive=keep_alive,
+                        on_lost=on_lost,
+                    )
+                except LockHeld as held:
+                    log_skip(job, name, held)
+                    return None
+                except ServiceUnavailable as exc:
+                    return await func(*args, **kwargs) if run_without_lock(policy, job, name, exc) else None
+                async with lease:
+                    return await func(*args, **kwargs)
+
+            return locked
+
+        return decorate
+
+
+class AsyncLease(LeaseBase):
+    """A lock held by this process; ``async with lease:`` releases it on exit, also when the body raises.
+
+    Under keep-alive, a lost lock cancels the task that entered ``async with`` and the block raises
+    :class:`LockLost` (the way ``asyncio.timeout`` turns its cancellation into ``TimeoutError``).
+    """
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        acquired: Acquired,
+        lock_at_most_for: timedelta,
+        lock_at_least_for: timedelta,
+        started: float,
+        on_lost: OnLost | None,
+    ) -> None:
+        super().__init__(acquired, lock_at_most_for, lock_at_least_for, started, on_lost)
+        self._client = client
+        self._keeper: asyncio.Task[None] | None = None
+        self._body: asyncio.Task[Any] | None = None
+        self._body_cancelling = 0
+        self._cancelled_body = False
+
+    async def release(self) -> Released:
+        """Release now (stopping keep-alive). Idempotent; :class:`NotHolder` if the lease was lost meanwhile."""
+        await self._stop_keep_alive()
+        if self._released is not None:
+            return self._released
+        try:
+            result = await self._client.release(self.name, self.token)
+        except NotHolder as exc:
+            self._lose("release refused: it expired and was taken over before the job finished", exc)
+            raise
+        self._record_released(result)
+        return result
+
+    async def extend(
+        self, lock_at_most_for: DurationLike | None = None, lock_at_least_for: DurationLike | None = None
+    ) -> Extended:
+        """Extend to now + lock_at_most_for (default: the acquire's). A refusal marks the lease lost and raises."""
+        at_most, at_least = windows(
+            self.lock_at_most_for if lock_at_most_for is None else lock_at_most_for, lock_at_least_for
+        )
+        if self._released is not None:
+            raise NotLocked(f"lock {self.name!r} was released; it cannot be extended")
+        started = time.monotonic()
+        try:
+            result = await self._client.extend(self.name, self.token, at_most, at_least)
+        except ServiceUnavailable:
+            raise
+        except SchedlockError as exc:
+            self._lose(f"extension refused ({exc})", exc)
+            raise
+        self._record_extended(result, started, at_most)
+        return result
+
+    async def __aenter__(self) -> AsyncLease:
+        self._enter_context()
+        self._body = asyncio.current_task()
+        self._body_cancelling = self._body.cancelling() if self._body is not None else 0
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._exit_context()
+        body, self._body = self._body, None
+        try:
+            await self.release()
+        except NotHolder:
+            pass  # already reported as lost
+        except SchedlockError as error:
+            logger.error("could not release lock %r; it frees itself at its lock_until: %s", self.name, error)
+        # As asyncio.timeout does: only a cancellation we caused becomes LockLost; any other one propagates.
+        if (
+            self._cancelled_body
+            and body is not None
+            and body.uncancel() <= self._body_cancelling
+            and exc_type is asyncio.CancelledError
+        ):
+            assert self.lost_error is not None
+            raise self.lost_error
+
+    def _lose(self, message: str, cause: BaseException | None) -> LockLost:
+        first = self.lost_error is None
+        error = super()._lose(message, cause)
+        # A refusal seen by the body itself (its own extend() call) reaches it as an exception already.
+        body = self._body
+        if first and body is not None and not body.done() and body is not asyncio.current_task():
+            self._cancelled_body = True
+            body.cancel(msg=str(error))
+        return error
+
+    def _start_keep_alive(self) -> None:
+        self._keeper = asyncio.create_task(self._keep_alive(), name=f"schedlock-keepalive-{self.name}")
+
+    async def _stop_keep_alive(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is None or keeper is asyncio.current_task():
+            return
+        keeper.cancel()
+        # asyncio.wait, not "await keeper": a cancellation of *this* task must still propagate.
+        await asyncio.wait({keeper})
+        if not keeper.cancelled() and keeper.exception() is not None:
+            logger.error("keep-alive of lock %r failed", self.name, exc_info=keeper.exception())
+
+    async def _keep_alive(self) -> None:
+        while self.state is LeaseState.HELD:
+            await asyncio.sleep(self._plan.delay(time.monotonic()))
+            try:
+                await self.extend()
+            except ServiceUnavailable as exc:
+                if not self._plan.retry_after_failure(time.monotonic()):
+                    self._lose("could not be extended before it ran out", exc)
+                    return
+                logger.warning("could not extend lock %r, retrying: %s", self.name, exc)
+            except SchedlockError:
+                return  # refused: extend() has marked the lease lost
+            except Exception as exc:  # a bug must not leave the lease silently unextended
+                self._lose(f"keep-alive failed: {exc!r}", exc)
+                return

@@ -1,0 +1,195 @@
+"""The sans-I/O core shared by both clients: configuration, request building, response decoding.
+
+Nothing here sends anything. Each API operation is a :class:`Call` (method, path, body, and how to read a success);
+:func:`decode` turns a response into that result or into the matching exception, and :func:`unreachable` turns a
+transport failure into :class:`ServiceUnreachable`. ``LockClient`` and ``AsyncLockClient`` only send.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from schedlock._durations import DurationLike, format_duration, parse_duration
+from schedlock._exceptions import APIError, ServiceUnreachable, UnexpectedResponse, error_class
+from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
+from schedlock._policy import OnUnavailable, clean_holder
+from schedlock._version import __version__
+
+T = TypeVar("T")
+
+ENV_URL = "SCHEDLOCK_URL"
+ENV_TOKEN = "SCHEDLOCK_TOKEN"
+DEFAULT_URL = "http://127.0.0.1:8000"
+#: Seconds for one request; a lock call that takes longer than this is treated as "service unavailable".
+DEFAULT_TIMEOUT = 10.0
+#: Release retries on network errors and 5xx, with these pauses (seconds) between attempts. Safe because the
+#: server's release is idempotent: releasing again with the same token answers 200 again.
+RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Resolved client settings: arguments first, then ``SCHEDLOCK_URL`` / ``SCHEDLOCK_TOKEN``, then defaults."""
+
+    base_url: str
+    token: str | None = field(repr=False)
+    timeout: httpx.Timeout
+    holder: str | None
+    on_unavailable: OnUnavailable
+
+    @classmethod
+    def resolve(
+        cls,
+        base_url: str | None,
+        token: str | None,
+        timeout: float | httpx.Timeout | None,
+        holder: str | None,
+        on_unavailable: OnUnavailable | str,
+    ) -> ClientConfig:
+        url = base_url or os.environ.get(ENV_URL) or DEFAULT_URL
+        return cls(
+            base_url=url.rstrip("/"),
+            token=token if token is not None else (os.environ.get(ENV_TOKEN) or None),
+            timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout or DEFAULT_TIMEOUT),
+            holder=clean_holder(holder) if holder else None,
+            on_unavailable=OnUnavailable(on_unavailable),
+        )
+
+    def headers(self) -> dict[str, str]:
+        headers = {"User-Agent": f"schedlock-python/{__version__}", "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One API operation, ready to send: ``parse`` reads the JSON of a 2xx answer."""
+
+    method: str
+    path: str
+    parse: Callable[[Mapping[str, Any]], T]
+    what: str
+    json: Mapping[str, Any] | None = None
+    params: Mapping[str, str] | None = None
+
+
+def acquire_call(
+    name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, holder: str | None
+) -> Call[Acquired]:
+    body: dict[str, Any] = {
+        "lock_at_most_for": format_duration(lock_at_most_for),
+        "lock_at_least_for": format_duration(lock_at_least_for),
+    }
+    if holder:
+        body["holder"] = holder
+    return Call("POST", _lock_path(name, "acquire"), Acquired.from_json, f"acquire {name!r}", body)
+
+
+def release_call(name: str, token: str) -> Call[Released]:
+    return Call("POST", _lock_path(name, "release"), Released.from_json, f"release {name!r}", {"token": token})
+
+
+def extend_call(
+    name: str, token: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta | None
+) -> Call[Extended]:
+    body: dict[str, Any] = {"token": token, "lock_at_most_for": format_duration(lock_at_most_for)}
+    if lock_at_least_for is not None:
+        body["lock_at_least_for"] = format_duration(lock_at_least_for)
+    return Call("POST", _lock_path(name, "extend"), Extended.from_json, f"extend {name!r}", body)
+
+
+def get_call(name: str) -> Call[LockInfo]:
+    return Call("GET", _lock_path(name), LockInfo.from_json, f"get {name!r}")
+
+
+def list_call(prefix: str | None, held: bool | None, limit: int, cursor: str | None) -> Call[LockPage]:
+    params = {"limit": str(limit)}
+    if prefix:
+        params["prefix"] = prefix
+    if held is not None:
+        params["held"] = "true" if held else "false"
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", "/v1/locks", LockPage.from_json, "list locks", params=params)
+
+
+def windows(
+    lock_at_most_for: DurationLike, lock_at_least_for: DurationLike | None
+) -> tuple[timedelta, timedelta | None]:
+    """Both windows read and checked locally, so a typo fails before the job is scheduled, not at 3 a.m."""
+    at_most = parse_duration(lock_at_most_for, "lock_at_most_for")
+    at_least = None if lock_at_least_for is None else parse_duration(lock_at_least_for, "lock_at_least_for")
+    if at_most <= timedelta(0):
+        raise ValueError("lock_at_most_for: must be greater than zero")
+    if at_least is not None and at_least > at_most:
+        raise ValueError("lock_at_least_for: must not exceed lock_at_most_for")
+    return at_most, at_least
+
+
+def decode(call: Call[T], response: httpx.Response) -> T:
+    """The call's result for a 2xx answer; otherwise raise the exception the answer stands for."""
+    data = _json_object(response)
+    if response.is_success:
+        if data is None:
+            raise UnexpectedResponse(
+                f"{call.what}: the answer is not JSON; is this a schedlock URL?", response.status_code
+            )
+        try:
+            return call.parse(data)
+        except ValueError as exc:
+            raise UnexpectedResponse(f"{call.what}: not a schedlock answer ({exc})", response.status_code) from None
+    raise error_from_response(response, data)
+
+
+def error_from_response(response: httpx.Response, data: Mapping[str, Any] | None = None) -> APIError:
+    """The exception for an error answer, chosen by its ``code`` (one table), else by its status."""
+    status = response.status_code
+    error = data.get("error") if data is not None else None
+    if isinstance(error, dict) and isinstance(error.get("code"), str):
+        code = str(error["code"])
+        message = str(error.get("message") or code)
+        details = {k: v for k, v in error.items() if k not in ("code", "message")}
+    else:
+        code = f"http_{status}"
+        message = f"HTTP {status} {response.reason_phrase} without a schedlock error body"
+        details = {}
+    cls = error_class(code, status)
+    return cls(message, status=status, code=code, details=details, retry_after=_retry_after(response))
+
+
+def unreachable(call: Call[Any], base_url: str, exc: httpx.TransportError) -> ServiceUnreachable:
+    reason = str(exc) or type(exc).__name__
+    return ServiceUnreachable(f"{call.what}: cannot reach the lock service at {base_url}: {reason}")
+
+
+def _lock_path(name: str, action: str | None = None) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError("lock name: must be a non-empty string")
+    if "/" in name:
+        raise ValueError(f"lock name: must not contain '/': {name!r}")
+    path = f"/v1/locks/{quote(name, safe='')}"
+    return f"{path}/{action}" if action else path
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    try:
+        data = json.loads(response.content)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers["retry-after"])
+    except (KeyError, ValueError):
+        return None

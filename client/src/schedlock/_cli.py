@@ -1,0 +1,271 @@
+"""The ``schedlock`` command: run a command under a lock, and inspect or release locks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from schedlock._base import windows
+from schedlock._durations import parse_duration
+from schedlock._exceptions import APIError, LockNotFound, NotHolder, ServiceUnavailable
+from schedlock._keepalive import MINIMUM_LOCK_AT_MOST_FOR, check_keep_alive
+from schedlock._models import LockInfo
+from schedlock._run import Exit, RunOptions, run, say
+from schedlock._sync import LockClient
+from schedlock._times import format_time
+from schedlock._version import __version__
+
+EXIT_CODES = f"""\
+exit codes:
+  0        the command ran and exited 0, or the lock was held (see --held-exit-code)
+  1-255    otherwise the command's own exit code; 128+N when a signal N killed it
+  1        list/status/release: no such lock, or the token does not hold it
+  {Exit.USAGE:<8} bad arguments (also --keep-alive with --at-most under 30s)
+  {Exit.REJECTED:<8} the service rejected the request (invalid name or duration, unauthorized, forbidden)
+  {Exit.UNAVAILABLE:<8} the lock service is unavailable: the command was NOT run (unless --fail-open)
+  {Exit.LOCK_LOST:<8} --keep-alive lost the lock: the command was terminated (SIGTERM, then SIGKILL)
+  {Exit.CANNOT_EXECUTE:<8} the command cannot be executed; {Exit.COMMAND_NOT_FOUND}: not found
+
+environment:
+  SCHEDLOCK_URL    the service (default http://127.0.0.1:8000); --url overrides
+  SCHEDLOCK_TOKEN  API token, sent as "Authorization: Bearer"; --api-token overrides (prefer the variable:
+                   arguments are visible to every user in `ps`)
+"""
+
+RUN_DESCRIPTION = """\
+Take the lock NAME and run COMMAND under it; if someone else holds it, exit at once without running it (quietly,
+exit code 0 by default, so cron sends no mail). Never waits for the lock.
+
+COMMAND gets SCHEDLOCK_LOCK_NAME and SCHEDLOCK_FENCING_TOKEN in its environment and runs in its own process group;
+SIGINT, SIGTERM and SIGHUP sent to schedlock are forwarded to that group. When COMMAND ends (also when it fails or
+is killed) the lock is released; lock_at_least_for keeps it a little longer if the run was short. schedlock exits
+with COMMAND's exit code.
+
+Without --keep-alive the lock expires after --at-most even if COMMAND still runs: choose --at-most well above the
+longest run. With --keep-alive the lock is extended every at-most/2; if an extension is refused (the lock was taken
+over) COMMAND is terminated. This is "at most one at a time", not "exactly once": keep jobs idempotent.
+"""
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command's parser, and the one of ``run`` (for its usage errors)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help="service URL (default: SCHEDLOCK_URL, else http://127.0.0.1:8000)")
+    common.add_argument("--api-token", help="API token (default: SCHEDLOCK_TOKEN)")
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    formatter = argparse.RawDescriptionHelpFormatter
+
+    parser = argparse.ArgumentParser(
+        prog="schedlock",
+        description="ShedLock's lock semantics for shell and cron jobs, through a schedlock service.",
+        epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"schedlock {__version__}")
+    sub = parser.add_subparsers(dest="command_name", required=True, metavar="{run,list,status,release}")
+
+    run_parser = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run a command under a lock, or skip it when the lock is held",
+        description=RUN_DESCRIPTION,
+        epilog=EXIT_CODES,
+        formatter_class=formatter,
+        usage="schedlock run --name NAME --at-most DURATION [options] -- COMMAND [ARGS...]",
+    )
+    run_parser.add_argument("--name", required=True, help="lock name (1-64 characters, no '/')")
+    run_parser.add_argument(
+        "--at-most", required=True, metavar="DURATION", help="lock_at_most_for: e.g. 10m, 2h, PT90M"
+    )
+    run_parser.add_argument(
+        "--at-least", default="0s", metavar="DURATION", help="lock_at_least_for: keep the lock this long (default 0s)"
+    )
+    run_parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help=f"extend the lock every at-most/2 while COMMAND runs (needs --at-most >= "
+        f"{MINIMUM_LOCK_AT_MOST_FOR.total_seconds():g}s); terminate COMMAND if the lock is lost",
+    )
+    run_parser.add_argument(
+        "--holder", help="who holds the lock, recorded in locked_by (default: COMMAND on host pid N)"
+    )
+    run_parser.add_argument(
+        "--held-exit-code", type=int, default=0, metavar="N", help="exit code when the lock is held (default 0)"
+    )
+    run_parser.add_argument(
+        "--fail-open",
+        action="store_true",
+        help="when the service is unavailable, run COMMAND anyway, without the lock (default: do not run, exit 69)",
+    )
+    run_parser.add_argument(
+        "--kill-after",
+        default="10s",
+        metavar="DURATION",
+        help="after a lost lock, SIGKILL the command this long after SIGTERM (default 10s)",
+    )
+    run_parser.add_argument("-v", "--verbose", action="store_true", help="say on stderr when the lock is held")
+    run_parser.add_argument("command", nargs="+", metavar="COMMAND", help="the command to run, after --")
+
+    list_parser = sub.add_parser(
+        "list", parents=[common], help="list locks", epilog=EXIT_CODES, formatter_class=formatter
+    )
+    list_parser.add_argument("--prefix", help="only names starting with this")
+    which = list_parser.add_mutually_exclusive_group()
+    which.add_argument("--held", dest="held", action="store_const", const=True, help="only held locks")
+    which.add_argument("--free", dest="held", action="store_const", const=False, help="only free locks")
+    list_parser.add_argument("--limit", type=_positive_int, help="at most this many locks (default: all)")
+    list_parser.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
+
+    status_parser = sub.add_parser(
+        "status", parents=[common], help="show one lock", epilog=EXIT_CODES, formatter_class=formatter
+    )
+    status_parser.add_argument("name", help="lock name")
+    status_parser.add_argument("--json", action="store_true", help="JSON for scripts instead of text")
+
+    release_parser = sub.add_parser(
+        "release",
+        parents=[common],
+        help="release a lease by its token",
+        epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )
+    release_parser.add_argument("name", help="lock name")
+    release_parser.add_argument("--token", required=True, help="the lease token acquire returned ('-': read stdin)")
+    return parser, run_parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, run_parser = _parser()
+    args = parser.parse_args(argv)
+    _configure_logging(verbose=getattr(args, "verbose", False))
+    client = LockClient(args.url, token=args.api_token, timeout=args.timeout)
+    try:
+        if args.command_name == "run":
+            return run(client, _run_options(run_parser, args))
+        if args.command_name == "list":
+            return _list(client, args)
+        if args.command_name == "status":
+            return _status(client, args)
+        return _release(client, args)
+    except ServiceUnavailable as exc:
+        say(f"lock service unavailable: {exc}")
+        return Exit.UNAVAILABLE
+    except (LockNotFound, NotHolder) as exc:
+        say(exc.message)
+        return Exit.NOT_FOUND
+    except APIError as exc:
+        say(f"the lock service rejected the request: {exc}")
+        return Exit.REJECTED
+    finally:
+        client.close()
+
+
+def _configure_logging(verbose: bool) -> None:
+    # Only the client's own messages, on stderr; httpx logs every request at INFO, which would fill cron mail.
+    logger = logging.getLogger("schedlock.client")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("schedlock: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    logger.propagate = False
+
+
+def _run_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunOptions:
+    try:
+        at_most, at_least = windows(args.at_most, args.at_least)
+        if args.keep_alive:
+            check_keep_alive(at_most)
+        kill_after = parse_duration(args.kill_after, "--kill-after")
+    except ValueError as exc:
+        parser.error(str(exc).replace("lock_at_most_for", "--at-most").replace("lock_at_least_for", "--at-least"))
+    if not 0 <= args.held_exit_code <= 255:
+        parser.error("--held-exit-code: must be between 0 and 255")
+    return RunOptions(
+        name=args.name,
+        lock_at_most_for=at_most,
+        lock_at_least_for=at_least or timedelta(0),
+        command=args.command,
+        keep_alive=args.keep_alive,
+        holder=args.holder,
+        held_exit_code=args.held_exit_code,
+        fail_open=args.fail_open,
+        kill_after=kill_after.total_seconds(),
+        verbose=args.verbose,
+    )
+
+
+def _lock_json(lock: LockInfo) -> dict[str, Any]:
+    return {
+        "name": lock.name,
+        "locked_by": lock.locked_by,
+        "locked_at": format_time(lock.locked_at),
+        "lock_until": format_time(lock.lock_until),
+        "held": lock.held,
+        "fencing_token": lock.fencing_token,
+    }
+
+
+def _list(client: LockClient, args: argparse.Namespace) -> int:
+    locks: list[LockInfo] = []
+    page_size = min(args.limit, 1000) if args.limit else 1000
+    for lock in client.iter_locks(prefix=args.prefix, held=args.held, page_size=page_size):
+        locks.append(lock)
+        if args.limit and len(locks) >= args.limit:
+            break
+    if args.json:
+        print(json.dumps({"items": [_lock_json(lock) for lock in locks]}, indent=2))
+        return Exit.OK
+    rows = [["NAME", "HELD", "LOCK UNTIL", "FENCING", "LOCKED BY"]]
+    rows += [
+        [lock.name, "yes" if lock.held else "no", format_time(lock.lock_until), str(lock.fencing_token), lock.locked_by]
+        for lock in locks
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    return Exit.OK
+
+
+def _status(client: LockClient, args: argparse.Namespace) -> int:
+    lock = client.get(args.name)
+    if args.json:
+        print(json.dumps({**_lock_json(lock), "db_time": format_time(lock.db_time)}, indent=2))
+        return Exit.OK
+    left = (lock.lock_until - lock.db_time).total_seconds()
+    held = f"yes, for {_seconds(left)} more" if lock.held else "no"
+    for label, value in (
+        ("name", lock.name),
+        ("held", held),
+        ("locked by", lock.locked_by),
+        ("locked at", format_time(lock.locked_at)),
+        ("lock until", format_time(lock.lock_until)),
+        ("fencing token", str(lock.fencing_token)),
+        ("database time", format_time(lock.db_time)),
+    ):
+        print(f"{label:<14} {value}")
+    return Exit.OK
+
+
+def _release(client: LockClient, args: argparse.Namespace) -> int:
+    token = sys.stdin.readline().strip() if args.token == "-" else args.token
+    released = client.release(args.name, token)
+    print(f"released {released.name!r}; free from {format_time(released.lock_until)}")
+    return Exit.OK
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _seconds(total: float) -> str:
+    minutes, seconds = divmod(int(total), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{seconds:02d}s" if hours else f"{minutes}m{seconds:02d}s"
