@@ -1,7 +1,7 @@
 """Domain errors, and the one place where they (and every other failure) become HTTP responses.
 
 Every error response has the shape ``{"error": {"code": ..., "message": ..., <details>}}``. The ``code`` values
-are a stable contract shared with the client library (``schedlock.errors``): add, never rename.
+are a stable contract shared with the client library (``schedlock.ERROR_CLASSES``): add, never rename.
 """
 
 from __future__ import annotations
