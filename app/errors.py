@@ -66,6 +66,26 @@ class SchemaNotMigrated(StorageUnavailable):
     """The database answers but the lock table (or a column of it) is missing: run the migration."""
 
 
+class Unauthorized(SchedlockError):
+    """No bearer token, or one the server does not know."""
+
+    status = 401
+    code = "unauthorized"
+    headers = MappingProxyType({"WWW-Authenticate": 'Bearer realm="schedlock"'})
+
+
+class Forbidden(SchedlockError):
+    """A known token used on a name outside its prefixes, or a read-only token trying to write."""
+
+    status = 403
+    code = "forbidden"
+
+
+class PayloadTooLarge(SchedlockError):
+    status = 413
+    code = "payload_too_large"
+
+
 class RouteNotFound(SchedlockError):
     status = 404
     code = "not_found"
@@ -90,6 +110,9 @@ ERROR_CODES: dict[str, int] = {
         NotHolder,
         LockNotFound,
         StorageUnavailable,
+        Unauthorized,
+        Forbidden,
+        PayloadTooLarge,
         RouteNotFound,
         MethodNotAllowed,
         InternalError,
