@@ -10,8 +10,10 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
+from app.auth import Authenticator
 from app.db import create_pool
 from app.errors import install_error_handlers
+from app.limits import BodySizeLimit
 from app.locks import LockStore
 from app.migrate import head_revision, version_table_for
 from app.routes import health, locks
@@ -32,18 +34,25 @@ This is "at most one at a time", **not** "exactly once": a holder that outlives 
 a long GC) can overlap the next holder. Keep jobs idempotent, and use `fencing_token` to reject stale writers.
 
 Errors always have the shape `{"error": {"code": ..., "message": ...}}`.
+
+With API tokens configured, every `/v1` request needs `Authorization: Bearer <token>`; a token may only use
+names starting with its prefixes, and may be read-only. `/healthz`, `/readyz`, `/docs` and `/openapi.json`
+need no token.
 """
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service. Raises app.auth.TokenConfigError if the token configuration is unusable."""
     settings = settings or Settings()
+    authenticator = Authenticator(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(settings)
         app.state.store = LockStore(pool, settings.table_name, settings.table_schema, settings.db_pool_timeout)
         try:
-            yield
+            async with authenticator.reloading():
+                yield
         finally:
             await pool.close()
 
@@ -58,6 +67,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     app.state.settings = settings
+    app.state.auth = authenticator
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.state.schema_revision = head_revision()
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
     install_error_handlers(app)
