@@ -164,7 +164,9 @@ async def _handle_http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return error_response(RouteNotFound(f"no route for {request.method} {request.url.path}"))
     if exc.status_code == 405:
-        return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        response = error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        response.headers.update(exc.headers or {})  # Allow: the methods the route has (RFC 9110 requires it)
+        return response
     if exc.status_code == 400:  # e.g. a body that is not JSON at all
         return error_response(InvalidRequest(str(exc.detail), field="body"))
     body = {"error": {"code": f"http_{exc.status_code}", "message": str(exc.detail)}}

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
 from app.deps import PrincipalDep, SettingsDep, StoreDep
@@ -32,6 +33,17 @@ from app.models import (
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1/locks", tags=["locks"])
+
+
+class _ReadPath(PathConvertor):
+    """Like ``path`` (so a name with '/' gets a clear 422, not a 404), except that it never swallows an action:
+    ``GET /v1/locks/x/acquire`` is the acquire route with the wrong method (405 with ``Allow: POST``), not a
+    read of a lock named "x/acquire"."""
+
+    regex = r"(?:(?!/(?:acquire|release|extend)$).)*"
+
+
+register_url_convertor("lockread", _ReadPath())
 
 LockName = Annotated[
     str,
@@ -194,7 +206,7 @@ async def extend(
 
 
 @router.get(
-    "/{name:path}",
+    "/{name:lockread}",
     operation_id="getLock",
     summary="Read one lock",
     description="The lock's row as the database has it now, with `held` judged by the database's clock.",
