@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.db import storage_errors
+from app.db import fetch, storage_errors
 from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated
 from app.schema import qualified_name
 from app.timefmt import as_utc_naive, format_time
@@ -120,8 +120,8 @@ class LockStore:
         self._get_sql = f"SELECT {_ROW}, {_NOW} AS db_time FROM {t} WHERE name = $1"
 
     async def _fetch(self, action: str, sql: str, *args: Any) -> list[Any]:
-        async with storage_errors(action), self._pool.acquire(timeout=self._pool_timeout) as conn:
-            return list(await conn.fetch(sql, *args))
+        async with storage_errors(action):
+            return await fetch(self._pool, self._pool_timeout, sql, *args)
 
     async def acquire(
         self, name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, locked_by: str

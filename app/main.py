@@ -11,7 +11,7 @@ from fastapi_offline import FastAPIOffline
 
 from app import __version__
 from app.auth import Authenticator
-from app.db import create_pool
+from app.db import close_pool, create_pool
 from app.errors import install_error_handlers
 from app.limits import BodySizeLimit
 from app.locks import LockStore
@@ -54,7 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             async with authenticator.reloading():
                 yield
         finally:
-            await pool.close()
+            await close_pool(pool, settings.db_connect_timeout)
 
     app = FastAPIOffline(
         title="schedlock",
