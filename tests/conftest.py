@@ -14,10 +14,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,15 @@ class LiveServer:
 
     url: str
     process: subprocess.Popen[str]
+    # Read continuously by a thread: a server whose output pipe fills up (its access log, after a few hundred
+    # requests) blocks on its next log line and stops answering.
+    output: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+    def drain(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
 
 
 def free_port() -> int:
@@ -155,10 +165,12 @@ def start_server(settings: Settings, extra_env: dict[str, str] | None = None, po
         text=True,
     )
     server = LiveServer(f"http://127.0.0.1:{port}", process)
+    server.reader = threading.Thread(target=server.drain, name=f"server-{port}-output", daemon=True)
+    server.reader.start()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited: {process.stdout.read() if process.stdout else ''}")
+            raise RuntimeError(f"server exited: {stop_server(server)}")
         try:
             if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
                 return server
@@ -174,11 +186,15 @@ def stop_server(server: LiveServer) -> str:
     if server.process.poll() is None:
         server.process.send_signal(signal.SIGTERM)
     try:
-        output, _ = server.process.communicate(timeout=30)
+        server.process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         server.process.kill()
-        output, _ = server.process.communicate()
-    return output or ""
+        server.process.wait()
+    if server.reader is not None:
+        server.reader.join(timeout=10)
+    if server.process.stdout is not None:
+        server.process.stdout.close()
+    return "".join(server.output)
 
 
 @pytest.fixture(scope="session")
