@@ -7,6 +7,7 @@ body) is one the document declares.
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +52,9 @@ live = LiveApp()
 schema = schemathesis.openapi.from_path(OPENAPI)
 schema.app = live
 schema.config.update(headers={"Authorization": f"Bearer {SECRET}"})
-schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=100)
+# SCHEDLOCK_FUZZ_EXAMPLES=1000 for a longer hunt than the suite's default.
+EXAMPLES = int(os.environ.get("SCHEDLOCK_FUZZ_EXAMPLES", "100"))
+schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], max_examples=EXAMPLES)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -81,3 +81,15 @@ async def test_wrong_method_on_an_action_is_405_with_allow(
 async def test_a_name_with_a_slash_is_still_a_clear_422_on_read(client: httpx.AsyncClient) -> None:
     r = await client.get("/v1/locks/team/job")
     assert r.status_code == 422 and r.json()["error"]["field"] == "name"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/acquire"), ("POST", "/release"), ("POST", "/extend"), ("GET", "")],
+)
+async def test_a_name_with_a_newline_is_a_422_not_an_unknown_route(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    # Found by the fuzzer: the path pattern did not match a newline, so such a name was a 404 "no route".
+    r = await client.request(method, f"/v1/locks/bad%0Aname{path}", json={"token": "x", "lock_at_most_for": "1m"})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "name", r.text

@@ -35,14 +35,21 @@ from app.settings import Settings
 router = APIRouter(prefix="/v1/locks", tags=["locks"])
 
 
+class _NamePath(PathConvertor):
+    """Like ``path`` (so a name with '/' gets a clear 422, not a 404), but a newline matches too: a name with one
+    is a bad name (422), not an unknown route."""
+
+    regex = r"[\s\S]*"
+
+
 class _ReadPath(PathConvertor):
-    """Like ``path`` (so a name with '/' gets a clear 422, not a 404), except that it never swallows an action:
-    ``GET /v1/locks/x/acquire`` is the acquire route with the wrong method (405 with ``Allow: POST``), not a
-    read of a lock named "x/acquire"."""
+    """As _NamePath, except that it never swallows an action: ``GET /v1/locks/x/acquire`` is the acquire route
+    with the wrong method (405 with ``Allow: POST``), not a read of a lock named "x/acquire"."""
 
-    regex = r"(?:(?!/(?:acquire|release|extend)$).)*"
+    regex = r"(?:(?!/(?:acquire|release|extend)$)[\s\S])*"
 
 
+register_url_convertor("lockpath", _NamePath())
 register_url_convertor("lockread", _ReadPath())
 
 LockName = Annotated[
@@ -105,7 +112,7 @@ def _view(row: LockRow) -> LockView:
 
 
 @router.post(
-    "/{name:path}/acquire",
+    "/{name:lockpath}/acquire",
     operation_id="acquireLock",
     summary="Acquire a lock, or learn it is held (never waits)",
     description=(
@@ -146,7 +153,7 @@ async def acquire(
 
 
 @router.post(
-    "/{name:path}/release",
+    "/{name:lockpath}/release",
     operation_id="releaseLock",
     summary="Release a lease",
     description=(
@@ -171,7 +178,7 @@ async def release(name: LockName, body: ReleaseRequest, store: StoreDep, princip
 
 
 @router.post(
-    "/{name:path}/extend",
+    "/{name:lockpath}/extend",
     operation_id="extendLock",
     summary="Extend a live lease",
     description=(
