@@ -11,7 +11,7 @@ constant-time comparison of the whole digest (the selector/verifier pattern). Th
 reveal how the digest of the caller's own guess compares with stored digests, which does not help find a
 secret that hashes to them.
 
-Without any token configured the service is open (every caller may do everything); ``exposure_check`` keeps
+Without any token configured the service is open (every caller may do everything); ``app.exposure`` keeps
 that to loopback addresses unless explicitly allowed.
 """
 
@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -80,9 +79,11 @@ TokenName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:
 
 
 class TokenEntry(BaseModel):
+    """One ``[[tokens]]`` entry of the configuration (see README, "Authentication")."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: TokenName = Field(description="Shown in locked_by and in logs; letters, digits, . _ : @ -")
+    name: TokenName = Field(description="Recorded in locked_by; letters, digits, . _ : @ -")
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$")]
     prefixes: list[str] = Field(min_length=1)
     access: Literal["read", "read-write"]
@@ -265,37 +266,3 @@ class Authenticator:
 def _stat(path: Path) -> tuple[int, int, int]:
     st = os.stat(path)
     return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def is_loopback(host: str) -> bool:
-    """True only for addresses nobody else can reach: 127.0.0.0/8, ::1 and the name localhost."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name could resolve to anything: treat it as exposed
-
-
-def exposure_check(settings: Settings, auth_enabled: bool) -> tuple[int, str] | None:
-    """None when tokens protect the API; else (log level, message). ERROR means: refuse to start."""
-    if auth_enabled:
-        return None
-    if is_loopback(settings.host):
-        return (
-            logging.WARNING,
-            f"NO API TOKENS CONFIGURED: anyone who can reach {settings.host}:{settings.port} may take and release "
-            "every lock. Serving on loopback only. Set SCHEDLOCK_TOKENS_FILE (see README, 'Authentication').",
-        )
-    if settings.allow_unauthenticated:
-        return (
-            logging.WARNING,
-            f"NO API TOKENS CONFIGURED and serving on {settings.host}: ANYONE WHO CAN REACH THIS PORT MAY TAKE AND "
-            "RELEASE EVERY LOCK (allowed by SCHEDLOCK_ALLOW_UNAUTHENTICATED / --allow-unauthenticated).",
-        )
-    return (
-        logging.ERROR,
-        f"refusing to serve on {settings.host} without API tokens: anyone could take and release every lock. "
-        "Configure SCHEDLOCK_TOKENS_FILE (see README, 'Authentication'), bind 127.0.0.1, or set "
-        "SCHEDLOCK_ALLOW_UNAUTHENTICATED=true if something in front of schedlock authenticates callers.",
-    )

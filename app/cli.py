@@ -13,7 +13,8 @@ from types import FrameType
 from pydantic import SecretStr, ValidationError
 
 from app import __version__, tokens
-from app.auth import Authenticator, TokenConfigError, exposure_check
+from app.auth import Authenticator, TokenConfigError
+from app.exposure import exposure_check
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock")

@@ -19,7 +19,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.auth import Authenticator, TokenConfigError, hash_secret, is_loopback, parse_tokens
+from app.auth import Authenticator, TokenConfigError, hash_secret, parse_tokens
+from app.exposure import is_loopback
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import start_server, stop_server
