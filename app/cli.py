@@ -1,4 +1,4 @@
-"""``schedlock-server``: serve the API, run the migrations, or print the OpenAPI document."""
+"""``schedlock-server``: serve the API, run the migrations, print the OpenAPI document, or make API tokens."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from types import FrameType
 
 from pydantic import SecretStr, ValidationError
 
-from app import __version__
+from app import __version__, tokens
+from app.auth import Authenticator, TokenConfigError
+from app.exposure import exposure_check
 from app.logs import configure_logging
 from app.settings import Settings
 
@@ -41,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the migrations before serving (always done for the embedded database)",
     )
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback address without API tokens (as SCHEDLOCK_ALLOW_UNAUTHENTICATED=true); "
+        "only when something in front of schedlock authenticates callers",
+    )
 
     sub.add_parser(
         "migrate",
@@ -51,11 +59,15 @@ def _parser() -> argparse.ArgumentParser:
 
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.add_argument("--output", type=Path, help="write to this file instead of standard output")
+
+    tokens.add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in tokens.COMMANDS:  # needs no configuration
+        return tokens.run(args)
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -64,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     if args.command == "serve":
         overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+        if args.allow_unauthenticated:
+            overrides["allow_unauthenticated"] = True
         return _serve(settings.model_copy(update=overrides), migrate=args.migrate)
     if args.command == "migrate":
         return _migrate(settings)
@@ -87,6 +101,17 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
     from app.embedded import EmbeddedPostgres
     from app.main import create_app
 
+    try:
+        auth_enabled = Authenticator(settings).enabled
+    except TokenConfigError as exc:
+        print(f"schedlock-server: invalid token configuration: {exc}", file=sys.stderr)
+        return 2
+    problem = exposure_check(settings, auth_enabled)
+    if problem is not None:
+        level, message = problem
+        logger.log(level, message)
+        if level >= logging.ERROR:
+            return 2
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the previous handler. Python's
     # default would kill the process before the embedded Postgres is stopped; exit through `finally` instead.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)

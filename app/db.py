@@ -64,6 +64,23 @@ async def _pool(settings: Settings, min_size: int) -> Any:
     )
 
 
+async def fetch(pool: Any, pool_timeout: float, sql: str, *args: Any) -> list[Any]:
+    """Run one statement on a pooled connection, in bounded time: at most ``pool_timeout`` to get a connection
+    (opening one included), then the statement timeout (server side, and one second later client side).
+
+    When the client-side timeout fires, the server has not even answered the cancellation its own
+    statement_timeout sends: it is stuck, or the network is. The connection is then dropped at once rather than
+    cleaned up with a cancel request and a reset query that would wait on the same silence."""
+    conn = await pool.acquire(timeout=pool_timeout)
+    try:
+        return list(await conn.fetch(sql, *args))
+    except (TimeoutError, asyncio.CancelledError):
+        conn.terminate()
+        raise
+    finally:
+        await pool.release(conn)
+
+
 @asynccontextmanager
 async def storage_errors(action: str) -> AsyncIterator[None]:
     """Turn a database failure into StorageUnavailable (503). A statement whose outcome is unknown (the
@@ -76,3 +93,13 @@ async def storage_errors(action: str) -> AsyncIterator[None]:
         raise SchemaNotMigrated(f"{action}: the lock table is not migrated; run `schedlock-server migrate`") from None
     except _UNAVAILABLE as exc:
         raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
+
+
+async def close_pool(pool: Any, grace: float) -> None:
+    """Close gracefully, but never hang a shutdown on a database that does not answer: after ``grace``
+    seconds, drop the remaining connections (the server notices the closed sockets)."""
+    try:
+        await asyncio.wait_for(pool.close(), grace)
+    except _UNAVAILABLE as exc:  # includes TimeoutError
+        logger.warning("database did not answer at shutdown (%s); connections dropped", type(exc).__name__)
+        pool.terminate()

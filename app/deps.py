@@ -1,11 +1,13 @@
-"""Request-scoped access to what the lifespan built (settings, lock store)."""
+"""Request-scoped access to what the lifespan built (settings, lock store) and to the caller's identity."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPBearer
 
+from app.auth import Authenticator, Principal
 from app.locks import LockStore
 from app.settings import Settings
 
@@ -20,5 +22,21 @@ def get_store(request: Request) -> LockStore:
     return store
 
 
+class _BearerToken(HTTPBearer):
+    """Declares the bearer scheme in the OpenAPI document; authenticates with the app's Authenticator."""
+
+    async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
+        authenticator: Authenticator = request.app.state.auth
+        return authenticator.authenticate(request.headers.get("authorization"))
+
+
+_bearer = _BearerToken(
+    scheme_name="bearerToken",
+    description="An API token from the server's token configuration (`Authorization: Bearer <token>`). "
+    "Required on /v1 when the server has tokens configured; a server without tokens serves only loopback.",
+    auto_error=False,
+)
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[LockStore, Depends(get_store)]
+PrincipalDep = Annotated[Principal, Depends(_bearer)]

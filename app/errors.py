@@ -66,6 +66,26 @@ class SchemaNotMigrated(StorageUnavailable):
     """The database answers but the lock table (or a column of it) is missing: run the migration."""
 
 
+class Unauthorized(SchedlockError):
+    """No bearer token, or one the server does not know."""
+
+    status = 401
+    code = "unauthorized"
+    headers = MappingProxyType({"WWW-Authenticate": 'Bearer realm="schedlock"'})
+
+
+class Forbidden(SchedlockError):
+    """A known token used on a name outside its prefixes, or a read-only token trying to write."""
+
+    status = 403
+    code = "forbidden"
+
+
+class PayloadTooLarge(SchedlockError):
+    status = 413
+    code = "payload_too_large"
+
+
 class RouteNotFound(SchedlockError):
     status = 404
     code = "not_found"
@@ -90,6 +110,9 @@ ERROR_CODES: dict[str, int] = {
         NotHolder,
         LockNotFound,
         StorageUnavailable,
+        Unauthorized,
+        Forbidden,
+        PayloadTooLarge,
         RouteNotFound,
         MethodNotAllowed,
         InternalError,
@@ -141,7 +164,9 @@ async def _handle_http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return error_response(RouteNotFound(f"no route for {request.method} {request.url.path}"))
     if exc.status_code == 405:
-        return error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        response = error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        response.headers.update(exc.headers or {})  # Allow: the methods the route has (RFC 9110 requires it)
+        return response
     if exc.status_code == 400:  # e.g. a body that is not JSON at all
         return error_response(InvalidRequest(str(exc.detail), field="body"))
     body = {"error": {"code": f"http_{exc.status_code}", "message": str(exc.detail)}}

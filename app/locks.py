@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.db import storage_errors
+from app.db import fetch, storage_errors
 from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated
 from app.schema import qualified_name
 from app.timefmt import as_utc_naive, format_time
@@ -120,8 +121,8 @@ class LockStore:
         self._count_held_sql = f"SELECT count(*) AS n FROM {t} WHERE lock_until > {_NOW}"
 
     async def _fetch(self, action: str, sql: str, *args: Any) -> list[Any]:
-        async with storage_errors(action), self._pool.acquire(timeout=self._pool_timeout) as conn:
-            return list(await conn.fetch(sql, *args))
+        async with storage_errors(action):
+            return await fetch(self._pool, self._pool_timeout, sql, *args)
 
     async def acquire(
         self, name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, locked_by: str
@@ -167,9 +168,18 @@ class LockStore:
             raise LockNotFound(f"no lock named {name!r}", name=name)
         return _row(rows[0])
 
-    async def page(self, *, prefix: str | None, held: bool | None, after: str | None, limit: int) -> Page:
-        """One page ordered by name (code point order), using the "C"-collated name index."""
-        sql, args = _list_query(self.table, prefix=prefix, held=held, after=after, limit=limit)
+    async def page(
+        self,
+        *,
+        prefix: str | None,
+        held: bool | None,
+        after: str | None,
+        limit: int,
+        scope: Sequence[str] | None = None,
+    ) -> Page:
+        """One page ordered by name (code point order), using the "C"-collated name index. ``scope``: only
+        names starting with one of these (an API token's prefixes); None means every name."""
+        sql, args = _list_query(self.table, prefix=prefix, held=held, after=after, limit=limit, scope=scope)
         rows = await self._fetch("list", sql, *args)
         if not rows:
             db_time = (await self._fetch("list", f"SELECT {_NOW} AS db_time"))[0]["db_time"]
@@ -226,7 +236,13 @@ def _held(name: str, current: LockRow) -> LockHeld:
 
 
 def _list_query(
-    table: str, *, prefix: str | None, held: bool | None, after: str | None, limit: int
+    table: str,
+    *,
+    prefix: str | None,
+    held: bool | None,
+    after: str | None,
+    limit: int,
+    scope: Sequence[str] | None = None,
 ) -> tuple[str, list[Any]]:
     # Static text per combination of filters (never "$1 IS NULL OR ..."), so each prepared statement keeps an
     # index range scan even once Postgres switches it to a generic plan.
@@ -244,11 +260,32 @@ def _list_query(
         upper = prefix_upper_bound(prefix)
         if upper is not None:
             where.append(f'name COLLATE "C" < {arg(upper)}')
+    if scope is not None:
+        where.append(_scope_condition(scope, arg))
     if held is not None:
         where.append(f"lock_until {'>' if held else '<='} {_NOW}")
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     sql = f'SELECT {_ROW}, {_NOW} AS db_time FROM {table} {clause} ORDER BY name COLLATE "C" LIMIT {arg(limit + 1)}'
     return sql, args
+
+
+def _scope_condition(scope: Sequence[str], arg: Any) -> str:
+    """Names starting with any of ``scope``: one index range per prefix. With several, the envelope from the
+    least prefix to the greatest bound is added too, so the planner still walks one bounded index range in
+    name order (the ORDER BY ... LIMIT stays cheap) and filters the ranges inside it."""
+    if not scope:
+        return "false"
+    uppers = [prefix_upper_bound(p) for p in scope]
+    ranges = [
+        f'name COLLATE "C" >= {arg(p)}' + (f' AND name COLLATE "C" < {arg(u)}' if u is not None else "")
+        for p, u in zip(scope, uppers, strict=True)
+    ]
+    if len(ranges) == 1:
+        return ranges[0]
+    envelope = f'name COLLATE "C" >= {arg(min(scope))}'
+    if all(u is not None for u in uppers):
+        envelope += f' AND name COLLATE "C" < {arg(max(u for u in uppers if u is not None))}'
+    return f"{envelope} AND ({' OR '.join(f'({r})' for r in ranges)})"
 
 
 def prefix_upper_bound(prefix: str) -> str | None:

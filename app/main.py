@@ -10,8 +10,10 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
-from app.db import create_pool
+from app.auth import Authenticator
+from app.db import close_pool, create_pool
 from app.errors import install_error_handlers
+from app.limits import BodySizeLimit
 from app.metrics import MeasuredLockStore, Metrics
 from app.metrics import router as metrics_router
 from app.migrate import head_revision, known_revisions, version_table_for
@@ -34,12 +36,18 @@ This is "at most one at a time", **not** "exactly once": a holder that outlives 
 a long GC) can overlap the next holder. Keep jobs idempotent, and use `fencing_token` to reject stale writers.
 
 Errors always have the shape `{"error": {"code": ..., "message": ...}}`.
+
+With API tokens configured, every `/v1` request needs `Authorization: Bearer <token>`; a token may only use
+names starting with its prefixes, and may be read-only. `/healthz`, `/readyz`, `/docs` and `/openapi.json`
+need no token.
 """
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service. Raises app.auth.TokenConfigError if the token configuration is unusable."""
     settings = settings or Settings()
     metrics = Metrics()
+    authenticator = Authenticator(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -49,9 +57,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         metrics.watch(pool, app.state.store)
         try:
-            yield
+            async with authenticator.reloading():
+                yield
         finally:
-            await pool.close()
+            await close_pool(pool, settings.db_connect_timeout)
 
     app = FastAPIOffline(
         title="schedlock",
@@ -66,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.auth = authenticator
     app.state.schema_revision = head_revision()
     app.state.known_revisions = known_revisions()
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
@@ -73,5 +83,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(locks.router)
     app.include_router(health.router)
     app.include_router(metrics_router)
-    app.add_middleware(RequestObserver, metrics=metrics)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
     return app

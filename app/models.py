@@ -54,8 +54,9 @@ UtcTime = Annotated[
 ]
 
 
-def _check_holder(value: str | None) -> str | None:
-    if value is not None and _CONTROL.search(value):
+def _check_holder(value: Any) -> Any:
+    # Runs before type validation: anything but a string is left for pydantic to refuse (422).
+    if isinstance(value, str) and _CONTROL.search(value):
         raise ValueError("must not contain control characters")
     return value
 

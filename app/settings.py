@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     def _upper_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
+    tokens_file: Path | None = Field(default=None, description="API tokens (TOML or JSON); see README.")
+    tokens: str | None = Field(default=None, description="API tokens inline, same format as the file.")
+    tokens_reload_interval: float = Field(default=2.0, ge=0, description="Seconds between checks of tokens_file.")
+    allow_unauthenticated: bool = Field(default=False, description="Serve without tokens on a non-loopback host.")
+    max_body_bytes: int = Field(default=16384, ge=1024, description="Larger request bodies get 413.")
+
     @field_validator("table")
     @classmethod
     def _check_table(cls, value: str) -> str:

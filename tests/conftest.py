@@ -134,14 +134,15 @@ class LiveServer:
 
     url: str
     process: subprocess.Popen[str]
+    # Read continuously by a thread: a server whose output pipe fills up (its access log, after a few hundred
+    # requests) blocks on its next log line and stops answering.
     output: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
 
     def drain(self) -> None:
-        """Read the server's output as it comes: a full pipe would block its logging, and so its event loop."""
         assert self.process.stdout is not None
-        self.reader = threading.Thread(target=lambda: self.output.extend(self.process.stdout or ()), daemon=True)
-        self.reader.start()
+        for line in self.process.stdout:
+            self.output.append(line)
 
 
 def free_port() -> int:
@@ -150,33 +151,45 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(settings: Settings, extra_env: dict[str, str] | None = None, port: int | None = None) -> LiveServer:
-    """Start a server process and wait until it is ready; the caller stops it (stop_server)."""
-    port = port or free_port()
+def server_env(settings: Settings, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without any SCHEDLOCK_* of its own, pointed at ``settings``' table."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
     env.update({"SCHEDLOCK_DATABASE_URL": settings.asyncpg_dsn(), "SCHEDLOCK_TABLE": settings.table})
     env.update(extra_env or {})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return env
+
+
+def spawn_server(command: list[str], env: dict[str, str], port: int) -> LiveServer:
+    """Start a server process whose output is read as it comes; it is not ready yet (see wait_for)."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     server = LiveServer(f"http://127.0.0.1:{port}", process)
-    server.drain()
-    deadline = time.monotonic() + 30
+    server.reader = threading.Thread(target=server.drain, name=f"server-{port}-output", daemon=True)
+    server.reader.start()
+    return server
+
+
+def wait_for(server: LiveServer, path: str = "/readyz", timeout: float = 30) -> None:
+    """Wait until ``path`` answers 200; on failure stop the server and raise with what it printed."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if server.process.poll() is not None:
             raise RuntimeError(f"server exited: {stop_server(server)}")
         try:
-            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
-                return server
+            if httpx.get(f"{server.url}{path}", timeout=1).status_code == 200:
+                return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    stop_server(server)
-    raise RuntimeError("server did not become ready")
+    raise RuntimeError(f"server did not answer {path}: {stop_server(server)}")
+
+
+def start_server(settings: Settings, extra_env: dict[str, str] | None = None, port: int | None = None) -> LiveServer:
+    """Start a server process and wait until it is ready; the caller stops it (stop_server)."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "app", "serve", "--port", str(port)]
+    server = spawn_server(command, server_env(settings, extra_env), port)
+    wait_for(server)
+    return server
 
 
 def stop_server(server: LiveServer) -> str:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import time
 import tomllib
 import uuid
 import zipfile
@@ -28,7 +27,7 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import LiveServer, free_port, stop_server
+from tests.conftest import LiveServer, free_port, spawn_server, stop_server, wait_for
 
 ROOT = Path(__file__).parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -257,23 +256,12 @@ def test_migrates_and_serves_on_a_read_only_root_filesystem(installed: Path, dat
     env = image_env(installed, database_url, f"{schema}.shedlock")
     env["SCHEDLOCK_HOST"] = "127.0.0.1"
     command = [sys.executable, "-m", "app", "serve", "--migrate", "--port", str(port)]
-    process = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", _READ_ONLY, "sh", *command],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    server = spawn_server(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", _READ_ONLY, "sh", *command], env, port
     )
-    server = LiveServer(f"http://127.0.0.1:{port}", process)
-    server.drain()
+    process = server.process
     try:
-        deadline = time.monotonic() + 60
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_for(server, timeout=60)
         assert process.poll() is None, "".join(server.output)
         lease = httpx.post(f"{server.url}/v1/locks/ro-job/acquire", json={"lock_at_most_for": "1m"})
         assert lease.status_code == 200, lease.text

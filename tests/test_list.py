@@ -111,13 +111,22 @@ async def big_table(database_url: str) -> AsyncIterator[tuple[Any, str]]:
         {"prefix": "team7.", "after": "team7.job-1007"},
         {"held": True},
         {"prefix": "team3", "held": False},
+        {"scope": ["team7."]},
+        {"scope": ["team7.", "team3."], "after": "team3.job-1003"},
+        {"scope": ["team1.", "team4."], "prefix": "team"},
+        {"scope": ["team2."], "prefix": "team2.job-1", "held": True},
     ],
     ids=str,
 )
 async def test_list_uses_the_name_index_on_100k_rows(big_table: tuple[Any, str], filters: dict[str, Any]) -> None:
     conn, table = big_table
     sql, args = _list_query(
-        table, prefix=filters.get("prefix"), held=filters.get("held"), after=filters.get("after"), limit=100
+        table,
+        prefix=filters.get("prefix"),
+        held=filters.get("held"),
+        after=filters.get("after"),
+        limit=100,
+        scope=filters.get("scope"),
     )
     # Force the generic plan a prepared statement ends up with after a few executions.
     await conn.execute("SET plan_cache_mode = force_generic_plan")
@@ -130,3 +139,4 @@ async def test_list_uses_the_name_index_on_100k_rows(big_table: tuple[Any, str],
     assert 0 < len(rows) <= 101
     names = [r["name"] for r in rows]
     assert names == sorted(names, key=lambda n: n.encode())
+    assert all(n.startswith(tuple(filters.get("scope") or [""])) for n in names)

@@ -9,9 +9,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
-from app.deps import SettingsDep, StoreDep
+from app.deps import PrincipalDep, SettingsDep, StoreDep
 from app.durations import format_duration
 from app.errors import InvalidRequest
 from app.locks import LockRow, new_locked_by
@@ -32,6 +33,24 @@ from app.models import (
 from app.settings import Settings
 
 router = APIRouter(prefix="/v1/locks", tags=["locks"])
+
+
+class _NamePath(PathConvertor):
+    """Like ``path`` (so a name with '/' gets a clear 422, not a 404), but a newline matches too: a name with one
+    is a bad name (422), not an unknown route."""
+
+    regex = r"[\s\S]*"
+
+
+class _ReadPath(PathConvertor):
+    """As _NamePath, except that it never swallows an action: ``GET /v1/locks/x/acquire`` is the acquire route
+    with the wrong method (405 with ``Allow: POST``), not a read of a lock named "x/acquire"."""
+
+    regex = r"(?:(?!/(?:acquire|release|extend)$)[\s\S])*"
+
+
+register_url_convertor("lockpath", _NamePath())
+register_url_convertor("lockread", _ReadPath())
 
 LockName = Annotated[
     str,
@@ -54,6 +73,13 @@ _BAD_INPUT: dict[int | str, dict[str, Any]] = {
 }
 _DOWN: dict[int | str, dict[str, Any]] = {
     503: _error("`storage_unavailable`: the database cannot be reached; retry after `Retry-After` seconds.")
+}
+_AUTH: dict[int | str, dict[str, Any]] = {
+    401: _error("`unauthorized`: no bearer token, or one the server does not know (servers with tokens only)."),
+    403: _error("`forbidden`: the name is outside the token's prefixes, or a read-only token tried to write."),
+}
+_TOO_LARGE: dict[int | str, dict[str, Any]] = {
+    413: _error("`payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES)."),
 }
 
 
@@ -86,7 +112,7 @@ def _view(row: LockRow) -> LockView:
 
 
 @router.post(
-    "/{name:path}/acquire",
+    "/{name:lockpath}/acquire",
     operation_id="acquireLock",
     summary="Acquire a lock, or learn it is held (never waits)",
     description=(
@@ -99,13 +125,19 @@ def _view(row: LockRow) -> LockView:
         409: _error(
             "`lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when."
         ),
+        **_AUTH,
+        **_TOO_LARGE,
         **_BAD_INPUT,
         **_DOWN,
     },
 )
-async def acquire(name: LockName, body: AcquireRequest, store: StoreDep, settings: SettingsDep) -> Response:
+async def acquire(
+    name: LockName, body: AcquireRequest, store: StoreDep, settings: SettingsDep, principal: PrincipalDep
+) -> Response:
+    principal.require(name, write=True)
     _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
-    lease = await store.acquire(name, body.lock_at_most_for, body.lock_at_least_for, new_locked_by(body.holder))
+    locked_by = new_locked_by(body.holder, principal.name)
+    lease = await store.acquire(name, body.lock_at_most_for, body.lock_at_least_for, locked_by)
     row = lease.row
     return _json(
         AcquireResponse(
@@ -121,7 +153,7 @@ async def acquire(name: LockName, body: AcquireRequest, store: StoreDep, setting
 
 
 @router.post(
-    "/{name:path}/release",
+    "/{name:lockpath}/release",
     operation_id="releaseLock",
     summary="Release a lease",
     description=(
@@ -133,17 +165,20 @@ async def acquire(name: LockName, body: AcquireRequest, store: StoreDep, setting
     responses={
         404: _error("`lock_not_found`: no lock of that name has ever been taken."),
         409: _error("`not_holder`: the token does not hold this lock (wrong, or someone took it over)."),
+        **_AUTH,
+        **_TOO_LARGE,
         **_BAD_INPUT,
         **_DOWN,
     },
 )
-async def release(name: LockName, body: ReleaseRequest, store: StoreDep) -> Response:
+async def release(name: LockName, body: ReleaseRequest, store: StoreDep, principal: PrincipalDep) -> Response:
+    principal.require(name, write=True)
     row = await store.release(name, body.token)
     return _json(ReleaseResponse(name=row.name, lock_until=row.lock_until, db_time=row.db_time))
 
 
 @router.post(
-    "/{name:path}/extend",
+    "/{name:lockpath}/extend",
     operation_id="extendLock",
     summary="Extend a live lease",
     description=(
@@ -154,11 +189,16 @@ async def release(name: LockName, body: ReleaseRequest, store: StoreDep) -> Resp
     responses={
         404: _error("`lock_not_found`: no lock of that name has ever been taken."),
         409: _error("`not_holder`: the lease expired, was released or taken over, or the token is wrong."),
+        **_AUTH,
+        **_TOO_LARGE,
         **_BAD_INPUT,
         **_DOWN,
     },
 )
-async def extend(name: LockName, body: ExtendRequest, store: StoreDep, settings: SettingsDep) -> Response:
+async def extend(
+    name: LockName, body: ExtendRequest, store: StoreDep, settings: SettingsDep, principal: PrincipalDep
+) -> Response:
+    principal.require(name, write=True)
     _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
     row = await store.extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
     return _json(
@@ -173,14 +213,15 @@ async def extend(name: LockName, body: ExtendRequest, store: StoreDep, settings:
 
 
 @router.get(
-    "/{name:path}",
+    "/{name:lockread}",
     operation_id="getLock",
     summary="Read one lock",
     description="The lock's row as the database has it now, with `held` judged by the database's clock.",
     response_model=LockResponse,
-    responses={404: _error("`lock_not_found`: no lock of that name."), **_BAD_INPUT, **_DOWN},
+    responses={404: _error("`lock_not_found`: no lock of that name."), **_AUTH, **_BAD_INPUT, **_DOWN},
 )
-async def get_lock(name: LockName, store: StoreDep) -> Response:
+async def get_lock(name: LockName, store: StoreDep, principal: PrincipalDep) -> Response:
+    principal.require(name, write=False)
     row = await store.get(name)
     return _json(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
 
@@ -205,14 +246,16 @@ def _decode_cursor(cursor: str) -> str:
     summary="List locks, by name",
     description=(
         "Pages through the lock table in name order (code point order), optionally only names starting with "
-        "`prefix` and only held (or only free) locks. Pass `next_cursor` back as `cursor` for the next page."
+        "`prefix` and only held (or only free) locks. Pass `next_cursor` back as `cursor` for the next page. "
+        "With a token, only names within its prefixes are listed: a `prefix` outside them gives an empty page."
     ),
     response_model=LockList,
-    responses={**_BAD_INPUT, **_DOWN},
+    responses={401: _AUTH[401], **_BAD_INPUT, **_DOWN},
 )
 async def list_locks(
     store: StoreDep,
     settings: SettingsDep,
+    principal: PrincipalDep,
     prefix: Annotated[
         str | None,
         Query(
@@ -228,6 +271,6 @@ async def list_locks(
     if limit > settings.list_max_limit:
         raise InvalidRequest(f"limit: must be at most {settings.list_max_limit}", field="limit")
     after = _decode_cursor(cursor) if cursor is not None else None
-    page = await store.page(prefix=prefix, held=held, after=after, limit=limit)
+    page = await store.page(prefix=prefix, held=held, after=after, limit=limit, scope=principal.prefixes)
     next_cursor = _encode_cursor(page.rows[-1].name) if page.has_more else None
     return _json(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))

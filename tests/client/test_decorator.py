@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from app.settings import Settings
@@ -25,29 +20,17 @@ from schedlock import (
     StorageUnavailable,
     assert_locked,
 )
-from tests.conftest import LiveServer, free_port, stop_server
+from tests.conftest import LiveServer, free_port, server_env, spawn_server, stop_server, wait_for
 
 
 @pytest.fixture(scope="module")
 def unmigrated_server(settings: Settings) -> Iterator[LiveServer]:
     """A real server whose table was never migrated: every lock call answers 503 storage_unavailable."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
-    env |= {"SCHEDLOCK_DATABASE_URL": settings.asyncpg_dsn(), "SCHEDLOCK_TABLE": f"{settings.table_schema}.nothing"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    server = LiveServer(f"http://127.0.0.1:{port}", process)
+    env = server_env(settings, {"SCHEDLOCK_TABLE": f"{settings.table_schema}.nothing"})
+    server = spawn_server([sys.executable, "-m", "app", "serve", "--port", str(port)], env, port)
     try:
-        for _ in range(300):  # /readyz stays 503 here, by design: wait for liveness
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.1)
+        wait_for(server, "/healthz")  # /readyz stays 503 here, by design
         yield server
     finally:
         stop_server(server)
