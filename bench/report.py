@@ -47,6 +47,12 @@ def render(results: dict[str, Any]) -> str:
                 f"  {title:<26}{_rate(s['cycles_per_s']):<24}{_lat(s['acquire']):<24}{_lat(s['release']):<24}"
                 f"{'-' if held is None else f'{held:.0%}':<11}{s['errors']:<7}"
             )
+        cpu, busy = v["http"].get("server_cpu_us_per_request"), v["http"].get("server_cores_busy")
+        if cpu and busy:
+            lines.append(
+                f"  {'server CPU per request':<26}{cpu['median']:,.0f} us; the server process kept "
+                f"{busy['median']:.2f} of a core busy"
+            )
         if "ratio" in v:
             r = v["ratio"]
             lines.append(f"  {'ratio HTTP / direct':<26}{r['of_medians']:.2f} (per-run {r['min']:.2f}-{r['max']:.2f})")

@@ -218,8 +218,10 @@ def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out[op] = {p: spread([r[op][p] for r in runs if r[op][p] is not None]) for p in ("p50_ms", "p90_ms", "p99_ms")}
     out["errors"] = sum(r["errors"] for r in runs)
     out["held_fraction"] = spread([r["held_fraction"] for r in runs if r["held_fraction"] is not None])
-    cpu = [r["server_cpu_s"] for r in runs if r["server_cpu_s"] is not None]
-    out["server_cpu_s"] = spread(cpu) if cpu else None
+    cpu = [r["server_cpu_us_per_request"] for r in runs if r["server_cpu_us_per_request"] is not None]
+    out["server_cpu_us_per_request"] = spread(cpu) if cpu else None
+    busy = [r["server_cpu_s"] / r["seconds"] for r in runs if r["server_cpu_s"] is not None and r["seconds"]]
+    out["server_cores_busy"] = spread(busy) if busy else None
     return out
 
 

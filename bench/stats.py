@@ -50,19 +50,22 @@ class Phase:
     def summary(self) -> dict[str, Any]:
         s = self.seconds
         cycles = self.count("rel_ok")
+        requests = len(self.acquire_us) + len(self.release_us) + len(self.get_us)
         out: dict[str, Any] = {
             "seconds": round(s, 3),
             "cycles": cycles,
             "cycles_per_s": round(cycles / s, 1) if s else 0.0,
-            "requests_per_s": round((len(self.acquire_us) + len(self.release_us) + len(self.get_us)) / s, 1)
-            if s
-            else 0.0,
+            "requests_per_s": round(requests / s, 1) if s else 0.0,
             "acquire": latency_summary(self.acquire_us),
             "release": latency_summary(self.release_us),
             "counts": dict(sorted(self.counts.items())),
             "errors": self.errors(),
             "loadgen_cpu_s": round(self.loadgen_cpu_s, 2),
             "server_cpu_s": round(self.server_cpu_s, 2) if self.server_cpu_s is not None else None,
+            # What one request costs the server process: the figure that middleware and auth will move.
+            "server_cpu_us_per_request": round(self.server_cpu_s / requests * 1e6)
+            if self.server_cpu_s is not None and requests
+            else None,
             "server_rss_mb": round(self.server_rss_mb, 1) if self.server_rss_mb is not None else None,
         }
         if self.get_us:

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 
+from bench import compare
 from bench.loadgen import parse_samples
 from bench.run import redact_url
 from bench.stats import latency_summary, percentile
@@ -77,6 +78,9 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
 
     for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS"):
         assert heading in result.stdout
+    side_by_side = compare.render([output, output])
+    assert "uncontended: ratio HTTP/direct" in side_by_side
+    assert all(row.split()[-1] != "-" for row in side_by_side.splitlines()[1:]), side_by_side
 
     # The schema the run created is gone.
     async def schema_exists() -> bool:
