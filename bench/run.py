@@ -6,7 +6,9 @@ import contextlib
 import datetime as dt
 import os
 import platform
+import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -177,7 +179,7 @@ class _Bench:
         c = self.c
         self.say(f"profiling the server with py-spy for {c.seconds} s -> {svg}")
         spy = subprocess.Popen(
-            ["py-spy", "record", "--pid", str(self.server.pid), "--rate", "200", "--output", str(svg), "--nonblocking"],
+            [_py_spy(), "record", "--pid", str(self.server.pid), "--rate", "200", "--output", str(svg)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
         )
@@ -186,6 +188,15 @@ class _Bench:
         spy.send_signal(2)  # SIGINT: py-spy writes the flame graph and exits
         spy.wait(timeout=60)
         return {"flamegraph": str(svg), "cycles_per_s_while_profiling": phase.summary()["cycles_per_s"]}
+
+
+def _py_spy() -> str:
+    """py-spy from this interpreter's environment (``pip install -e '.[bench]'``), else from PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("--profile needs py-spy: pip install -e '.[bench]'")
+    return found
 
 
 def _compare(load: Load, http: list[Phase], direct: list[Phase]) -> dict[str, Any]:
