@@ -48,12 +48,20 @@ def run_direct(database_url: str, table: str, load: Load) -> Phase:
 
 async def _run(database_url: str, table: str, load: Load) -> Phase:
     schema, _, name = table.rpartition(".")
-    conns = await asyncio.gather(
-        *(
-            asyncpg.connect(database_url, server_settings={"timezone": "UTC", "application_name": "schedlock-bench"})
-            for _ in range(load.clients)
-        )
+    settings = {"timezone": "UTC", "application_name": "schedlock-bench"}
+    opened = await asyncio.gather(
+        *(asyncpg.connect(database_url, server_settings=settings) for _ in range(load.clients)), return_exceptions=True
     )
+    conns = [c for c in opened if not isinstance(c, BaseException)]
+    failed = [c for c in opened if isinstance(c, BaseException)]
+    if failed:
+        await asyncio.gather(*(c.close() for c in conns))
+        if isinstance(failed[0], asyncpg.TooManyConnectionsError):
+            raise SystemExit(
+                f"the baseline needs {load.clients} connections of its own and Postgres refused more "
+                "(max_connections is shared with everything else on that server): retry later, or lower --clients"
+            )
+        raise failed[0]
     try:
         phase = Phase(seconds=0.0, counts={"acq_ok": 0, "rel_ok": 0})
         stores = [LockStore(_OneConnection(c), name, schema or None, 5.0) for c in conns]

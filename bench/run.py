@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -17,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from app.schema import qualified_name
-from bench import target
+from bench import about, target
 from bench.direct import run_direct
 from bench.loadgen import Load, run_wrk, wrk_version
 from bench.stats import Phase, spread
 
-#: The brief's targets (2 cores shared by load generator, server and Postgres). Reported, never asserted.
+#: Issue 6's targets (2 cores shared by load generator, server and Postgres). Reported, never asserted.
 TARGETS = {
     "throughput_ratio": ("uncontended HTTP cycles/s ÷ direct asyncpg cycles/s, 32 clients", ">=", 0.40),
     "latency_acquire_p99_ms": ("acquire p99 at 500 cycles/s", "<=", 5.0),
@@ -64,14 +62,14 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
     results: dict[str, Any] = {
         "schema_version": 1,
         "run_id": run_id,
-        "started_at": _now(),
-        "machine": machine(config.database_url),
-        "code": _git(),
+        "started_at": about.now(),
+        "machine": about.machine(config.database_url),
+        "code": about.code(),
         "load_generator": wrk_version(),
         "config": {
             **asdict(config),
-            "database_url": redact_url(config.database_url),
-            "server_env": _redacted(config.server_env),
+            "database_url": about.redact_url(config.database_url),
+            "server_env": about.redacted_env(config.server_env),
         },
     }
     say(f"schedlock benchmark {run_id}: {results['machine']['description']}")
@@ -84,7 +82,12 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
         if server.process is not None and config.list_rows:
             say(f"seeding {config.list_rows:,} rows for the list")
             target.seed_list_rows(config.database_url, sql_table, config.list_rows)
-        results["server"] = {"url": server.url, "pid": server.pid, "env": _redacted(server.env), "table": table}
+        results["server"] = {
+            "url": server.url,
+            "pid": server.pid,
+            "env": about.redacted_env(server.env),
+            "table": table,
+        }
         results["throughput"] = bench.throughput()
         results["latency"] = bench.latency()
         results["list"] = bench.listing()
@@ -93,7 +96,7 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
         results["table_rows"] = target.table_rows(config.database_url, sql_table)
     results["server_rss_mb_max"] = _max_rss(results)
     results["targets"] = evaluate(results, config)
-    results["finished_at"] = _now()
+    results["finished_at"] = about.now()
     results["machine"]["loadavg_end"] = list(os.getloadavg())
     return results
 
@@ -301,51 +304,3 @@ def _target(config: Config, run_id: str, output: Path) -> Iterator[tuple[target.
         finally:
             target.stop_server(server)
             target.drop_schema(config.database_url, schema)
-
-
-def machine(database_url: str) -> dict[str, Any]:
-    cpu = "unknown CPU"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    with open("/proc/meminfo") as f:
-        mem_gb = int(f.readline().split()[1]) / 1024 / 1024
-    cores = os.cpu_count() or 0
-    pg = target.postgres_version(database_url)
-    return {
-        "description": f"{cores} cores ({cpu}), {mem_gb:.0f} GiB, Linux {platform.release()}, "
-        f"Python {platform.python_version()}, PostgreSQL {pg}",
-        "cores": cores,
-        "cpu": cpu,
-        "memory_gib": round(mem_gb, 1),
-        "python": platform.python_version(),
-        "postgres": pg,
-        "loadavg_start": list(os.getloadavg()),
-    }
-
-
-def _git() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], cwd=target.ROOT, capture_output=True, text=True, check=False)
-        return out.stdout.strip()
-
-    return {"commit": git("rev-parse", "--short", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
-
-
-def _redacted(env: dict[str, str]) -> dict[str, str]:
-    """The server's environment without the database password."""
-    out = dict(env)
-    if "SCHEDLOCK_DATABASE_URL" in out:
-        out["SCHEDLOCK_DATABASE_URL"] = redact_url(out["SCHEDLOCK_DATABASE_URL"])
-    return out
-
-
-def redact_url(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if at and ":" in creds:
-        creds = creds.split(":", 1)[0] + ":***"
-    return f"{scheme}{sep}{creds}{at}{host}"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 
 from bench import compare
+from bench.about import redact_url
 from bench.loadgen import parse_samples
-from bench.run import redact_url
 from bench.stats import latency_summary, percentile
 
 ROOT = Path(__file__).parent.parent
