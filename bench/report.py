@@ -64,7 +64,7 @@ def render(results: dict[str, Any]) -> str:
             lines.append(
                 f"  {title:<26}achieved {s['cycles_per_s']:,.0f} cycles/s; acquire p50 {s['acquire']['p50_ms']} "
                 f"p99 {s['acquire']['p99_ms']} ms; release p50 {s['release']['p50_ms']} p99 {s['release']['p99_ms']} "
-                f"ms; errors {s['errors']}"
+                f"ms; errors {s['errors']}" + (f"; server RSS {s['server_rss_mb']} MB" if s["server_rss_mb"] else "")
             )
     ls = results["list"]
     lines += ["", f"LIST over {results['table_rows']:,} rows ({ls['rate']:g} requests/s, {ls['clients']} clients)"]
