@@ -1,0 +1,92 @@
+"""``python -m bench``: measure schedlock against the database itself. See the README's Performance section."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+from bench.report import render
+from bench.run import Config, run
+
+RESULTS = Path(__file__).parent / "results"
+
+#: A run of a few seconds, for the smoke test and for checking the harness itself.
+QUICK = {
+    "clients": 4,
+    "names": 16,
+    "contended_names": 2,
+    "seconds": 1,
+    "repeat": 1,
+    "warmup_seconds": 1,
+    "rate": 100.0,
+    "latency_clients": 2,
+    "latency_seconds": 1,
+    "list_rows": 1000,
+    "list_rate": 50.0,
+    "list_clients": 1,
+    "list_seconds": 1,
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = Config()
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark schedlock over HTTP against the same lock statements sent straight to Postgres. "
+        "By default starts a server on its own schema of --database-url and drops that schema afterwards. "
+        "Prints a table and writes every figure as JSON. Asserts nothing about speed.",
+    )
+    p.add_argument("--database-url", default=d.database_url, help="Postgres to use (default: %(default)s)")
+    p.add_argument("--url", help="benchmark this running server instead of starting one (needs --table)")
+    p.add_argument("--table", help="with --url: the server's SCHEDLOCK_TABLE (schema.table)")
+    p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its RSS and CPU")
+    p.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the started server, e.g. SCHEDLOCK_POOL_MAX_SIZE=8 (repeatable)",
+    )
+    p.add_argument("--clients", type=int, default=d.clients, help="concurrent clients (default: %(default)s)")
+    p.add_argument("--names", type=int, default=d.names, help="names, uncontended (default: %(default)s)")
+    p.add_argument("--contended-names", type=int, default=d.contended_names, help="names, contended (%(default)s)")
+    p.add_argument("--seconds", type=int, default=d.seconds, help="length of each throughput run (%(default)s)")
+    p.add_argument("--repeat", type=int, default=d.repeat, help="runs of each throughput configuration (%(default)s)")
+    p.add_argument("--warmup-seconds", type=int, default=d.warmup_seconds)
+    p.add_argument("--rate", type=float, default=d.rate, help="cycles/s of the latency run (%(default)s)")
+    p.add_argument("--latency-clients", type=int, default=d.latency_clients)
+    p.add_argument("--latency-seconds", type=int, default=d.latency_seconds)
+    p.add_argument("--list-rows", type=int, default=d.list_rows, help="rows seeded for the list (%(default)s)")
+    p.add_argument("--list-rate", type=float, default=d.list_rate, help="list requests/s (%(default)s)")
+    p.add_argument("--list-clients", type=int, default=d.list_clients)
+    p.add_argument("--list-seconds", type=int, default=d.list_seconds)
+    p.add_argument("--skip-direct", action="store_true", help="HTTP only (no baseline, no ratio)")
+    p.add_argument("--profile", action="store_true", help="also record a py-spy flame graph of the server")
+    p.add_argument("--quick", action="store_true", help="a few seconds in all, tiny figures (checks the harness)")
+    p.add_argument("--output", type=Path, help="JSON file to write (default: bench/results/<time>.json)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    if "--quick" in (sys.argv[1:] if argv is None else argv):
+        parser.set_defaults(**QUICK)  # explicit flags still win
+    args = parser.parse_args(argv)
+    settings = {k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__}
+    settings["server_env"] = dict(item.split("=", 1) for item in args.server_env)
+    config = Config(**settings)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    output: Path = args.output or RESULTS / f"{stamp}.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    results = run(config, output, say=lambda line: print(f"# {line}", file=sys.stderr, flush=True))
+    output.write_text(json.dumps(results, indent=2) + "\n")
+    print(render(results))
+    print(f"\nresults: {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""The results as a table a person can read (the JSON file holds everything, per run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ms(figure: dict[str, Any] | None) -> str:
+    return "-" if not figure or figure.get("median") is None else f"{figure['median']:.2f}"
+
+
+def _lat(op: dict[str, Any]) -> str:
+    return "/".join(_ms(op.get(p)) for p in ("p50_ms", "p90_ms", "p99_ms"))
+
+
+def _rate(figure: dict[str, Any]) -> str:
+    if figure.get("median") is None:
+        return "-"
+    if figure["min"] == figure["max"]:
+        return f"{figure['median']:,.0f}"
+    return f"{figure['median']:,.0f} [{figure['min']:,.0f}-{figure['max']:,.0f}]"
+
+
+def render(results: dict[str, Any]) -> str:
+    c = results["config"]
+    lines = [
+        "",
+        f"schedlock benchmark — {results['machine']['description']}",
+        f"load generator {results['load_generator']}; code {results['code']['commit']}"
+        f"{' (uncommitted changes)' if results['code']['dirty'] else ''}; "
+        f"load average {results['machine']['loadavg_start'][0]:.1f} at start, "
+        f"{results['machine']['loadavg_end'][0]:.1f} at end",
+        "",
+        f"THROUGHPUT: {c['clients']} keep-alive clients, closed loop, {c['seconds']} s x {c['repeat']} runs "
+        "(median [min-max])",
+        f"  {'':<26}{'cycles/s':<24}{'acquire p50/p90/p99 ms':<24}{'release p50/p90/p99 ms':<24}"
+        f"{'409 share':<11}{'errors':<7}",
+    ]
+    for label, v in results["throughput"].items():
+        lines.append(f"{label} ({v['names']} names)")
+        for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):
+            s = v[side]
+            if not s.get("runs"):
+                continue
+            held = s["held_fraction"]["median"]
+            lines.append(
+                f"  {title:<26}{_rate(s['cycles_per_s']):<24}{_lat(s['acquire']):<24}{_lat(s['release']):<24}"
+                f"{'-' if held is None else f'{held:.0%}':<11}{s['errors']:<7}"
+            )
+        cpu, busy = v["http"].get("server_cpu_us_per_request"), v["http"].get("server_cores_busy")
+        if cpu and busy:
+            lines.append(
+                f"  {'server CPU per request':<26}{cpu['median']:,.0f} us; the server process kept "
+                f"{busy['median']:.2f} of a core busy"
+            )
+        if "ratio" in v:
+            r = v["ratio"]
+            lines.append(f"  {'ratio HTTP / direct':<26}{r['of_medians']:.2f} (per-run {r['min']:.2f}-{r['max']:.2f})")
+    lat = results["latency"]
+    lines += ["", f"LATENCY at {lat['rate_target']:g} cycles/s ({lat['clients']} clients, paced)"]
+    for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):
+        if side in lat:
+            s = lat[side]
+            lines.append(
+                f"  {title:<26}achieved {s['cycles_per_s']:,.0f} cycles/s; acquire p50 {s['acquire']['p50_ms']} "
+                f"p99 {s['acquire']['p99_ms']} ms; release p50 {s['release']['p50_ms']} p99 {s['release']['p99_ms']} "
+                f"ms; errors {s['errors']}" + (f"; server RSS {s['server_rss_mb']} MB" if s["server_rss_mb"] else "")
+            )
+    ls = results["list"]
+    lines += ["", f"LIST over {results['table_rows']:,} rows ({ls['rate']:g} requests/s, {ls['clients']} clients)"]
+    for label in ("first_page", "prefix_page", "held_page"):
+        g = ls[label]["get"]
+        lines.append(
+            f"  {ls[label]['path']:<40}p50 {g['p50_ms']} ms, p99 {g['p99_ms']} ms, max {g['max_ms']} ms; "
+            f"errors {ls[label]['errors']}"
+        )
+    lines += [
+        "",
+        f"SERVER RSS: {results.get('server_rss_mb_idle', '-')} MB idle, "
+        f"{results.get('server_rss_mb_max', '-')} MB at most under load",
+        "",
+        "TARGETS (informational; nothing fails on them)",
+    ]
+    for t in results["targets"].values():
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        note = "" if t["comparable"] else " (this run's settings differ from the target's)"
+        lines.append(f"  {t['what']:<66}{t['target']:<8}{t['value']!s:<10}{verdict}{note}")
+    if "profile" in results:
+        lines += ["", f"PROFILE: {results['profile']['flamegraph']}"]
+    return "\n".join(lines)

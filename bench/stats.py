@@ -1,0 +1,86 @@
+"""What one measured phase produced, and how it is summarised: rates, latency percentiles, error counts."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of already sorted values (no interpolation: every figure was really observed)."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, -(-len(sorted_values) * p // 100))  # ceil(n * p / 100), at least 1
+    return sorted_values[int(rank) - 1]
+
+
+def latency_summary(samples_us: Sequence[float]) -> dict[str, Any]:
+    """Count and p50/p90/p99/max in milliseconds."""
+    ordered = sorted(samples_us)
+    out: dict[str, Any] = {"count": len(ordered)}
+    for p in PERCENTILES:
+        out[f"p{p}_ms"] = round(percentile(ordered, p) / 1000, 3) if ordered else None
+    out["max_ms"] = round(ordered[-1] / 1000, 3) if ordered else None
+    return out
+
+
+@dataclass
+class Phase:
+    """Raw results of one run of one load pattern against one target (schedlock over HTTP, or the database)."""
+
+    seconds: float
+    acquire_us: list[float] = field(default_factory=list)
+    release_us: list[float] = field(default_factory=list)
+    get_us: list[float] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    #: CPU seconds the load generator used (wrk, or this process for the direct baseline).
+    loadgen_cpu_s: float = 0.0
+    #: CPU seconds the server process used, when it is known.
+    server_cpu_s: float | None = None
+    #: Largest server RSS seen during the phase, in MB, when the server's pid is known.
+    server_rss_mb: float | None = None
+
+    def count(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+    def summary(self) -> dict[str, Any]:
+        s = self.seconds
+        cycles = self.count("rel_ok")
+        requests = len(self.acquire_us) + len(self.release_us) + len(self.get_us)
+        out: dict[str, Any] = {
+            "seconds": round(s, 3),
+            "cycles": cycles,
+            "cycles_per_s": round(cycles / s, 1) if s else 0.0,
+            "requests_per_s": round(requests / s, 1) if s else 0.0,
+            "acquire": latency_summary(self.acquire_us),
+            "release": latency_summary(self.release_us),
+            "counts": dict(sorted(self.counts.items())),
+            "errors": self.errors(),
+            "loadgen_cpu_s": round(self.loadgen_cpu_s, 2),
+            "server_cpu_s": round(self.server_cpu_s, 2) if self.server_cpu_s is not None else None,
+            # What one request costs the server process: the figure that middleware and auth will move.
+            "server_cpu_us_per_request": round(self.server_cpu_s / requests * 1e6)
+            if self.server_cpu_s is not None and requests
+            else None,
+            "server_rss_mb": round(self.server_rss_mb, 1) if self.server_rss_mb is not None else None,
+        }
+        if self.get_us:
+            out["get"] = latency_summary(self.get_us)
+        acquires = self.count("acq_ok") + self.count("acq_held") + self.count("acq_other")
+        out["held_fraction"] = round(self.count("acq_held") / acquires, 3) if acquires else None
+        return out
+
+    def errors(self) -> int:
+        """Answers that are neither success nor the expected 409 lock_held, plus socket errors and timeouts."""
+        return sum(v for k, v in self.counts.items() if k.endswith("_other") or k.startswith("socket_"))
+
+
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    """Median, min and max of repeated runs of one configuration."""
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}

@@ -1,0 +1,186 @@
+"""What the benchmark runs against: a schedlock server process on a table of its own, and that table.
+
+By default the harness creates a schema of its own on the database, starts ``schedlock-server serve --migrate``
+on it, and drops the schema at the end. Pointed at an existing server (``--url``), it only adds rows named
+``<prefix>...`` to that server's table, and never deletes them (Java ShedLock nodes may share the table).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import asyncpg
+
+ROOT = Path(__file__).resolve().parent.parent
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Server:
+    """A schedlock server: its base URL and, when known, its process id (for RSS and CPU)."""
+
+    url: str
+    pid: int | None
+    process: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(database_url: str, table: str, extra_env: dict[str, str], log: IO[bytes]) -> Server:
+    """``python -m app serve --migrate`` on a free port; returns once /readyz answers 200."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
+    server_env = {"SCHEDLOCK_DATABASE_URL": database_url, "SCHEDLOCK_TABLE": table, **extra_env}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--migrate", "--port", str(port)],
+        env={**env, **server_env},
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    server = Server(f"http://127.0.0.1:{port}", process.pid, process, log, server_env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}; see {log.name}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/readyz", timeout=1) as response:
+                if response.status == 200:
+                    return server
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(0.1)
+    stop_server(server)
+    raise RuntimeError(f"the server did not become ready; see {log.name}")
+
+
+def stop_server(server: Server) -> None:
+    if server.process is None or server.process.poll() is not None:
+        return
+    server.process.send_signal(signal.SIGTERM)
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+class ProcessWatch:
+    """Samples a process's RSS while a phase runs (largest value kept) and measures the CPU it used."""
+
+    def __init__(self, pid: int | None, every: float = 0.1) -> None:
+        self._pid = pid
+        self._every = every
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cpu0 = 0.0
+        self.rss_mb: float | None = None
+        self.cpu_s: float | None = None
+
+    def __enter__(self) -> ProcessWatch:
+        if self._pid is not None:
+            self._cpu0 = process_cpu_s(self._pid)
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pid is None or self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self.cpu_s = process_cpu_s(self._pid) - self._cpu0
+
+    def _sample(self) -> None:
+        assert self._pid is not None
+        while True:
+            rss = process_rss_mb(self._pid)
+            self.rss_mb = max(self.rss_mb or 0.0, rss)
+            if self._stop.wait(self._every):
+                return
+
+
+def process_rss_mb(pid: int) -> float:
+    """Resident set size in MB (10^6 bytes), from /proc."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * _PAGE / 1e6
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def run_sql(database_url: str, *statements: str) -> list[Any]:
+    """Run statements on one short-lived connection; returns the rows of the last one."""
+
+    async def go() -> list[Any]:
+        conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
+        try:
+            rows: list[Any] = []
+            for sql in statements:
+                rows = list(await conn.fetch(sql))
+            return rows
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
+def seed_list_rows(database_url: str, table: str, rows: int) -> None:
+    """``rows`` lock rows named list-000000..., 1% of them held for a day, as Java ShedLock would write them."""
+    now = "timezone('utc', CURRENT_TIMESTAMP)"
+    run_sql(
+        database_url,
+        f"""INSERT INTO {table} (name, lock_until, locked_at, locked_by)
+            SELECT 'list-' || lpad(i::text, 6, '0'),
+                   CASE WHEN i % 100 = 0 THEN {now} + interval '1 day' ELSE {now} - interval '1 hour' END,
+                   {now} - interval '2 hours', 'bench-seed-host'
+            FROM generate_series(0, {rows - 1}) AS i
+            ON CONFLICT (name) DO NOTHING""",
+        f"ANALYZE {table}",
+    )
+
+
+def expire_bench_leases(database_url: str, table: str, prefix: str) -> None:
+    """End the leases a phase left behind (wrk stops mid-cycle), so the next phase starts on free names.
+
+    Only ``lock_until`` moves, as an expiry would; rows are never deleted."""
+    now = "timezone('utc', CURRENT_TIMESTAMP)"
+    run_sql(
+        database_url,
+        f"UPDATE {table} SET lock_until = {now} WHERE name LIKE '{prefix}%' AND lock_until > {now}",
+    )
+
+
+def table_rows(database_url: str, table: str) -> int:
+    return int(run_sql(database_url, f"SELECT count(*) AS n FROM {table}")[0]["n"])
+
+
+def postgres_version(database_url: str) -> str:
+    return str(run_sql(database_url, "SHOW server_version")[0][0])
+
+
+def drop_schema(database_url: str, schema: str) -> None:
+    run_sql(database_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

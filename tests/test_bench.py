@@ -1,0 +1,136 @@
+"""The benchmark harness works end to end (python -m bench --quick). Nothing here is about speed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bench import compare
+from bench.about import redact_url
+from bench.loadgen import parse_samples
+from bench.stats import latency_summary, percentile
+
+ROOT = Path(__file__).parent.parent
+
+
+def _latency(figure: dict[str, Any]) -> None:
+    assert figure["count"] > 0
+    values = [figure["p50_ms"], figure["p90_ms"], figure["p99_ms"], figure["max_ms"]]
+    assert all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in values), figure
+    assert values == sorted(values), figure
+
+
+def _run_figures(run: dict[str, Any], *, contended: bool) -> None:
+    assert run["cycles"] > 0 and run["cycles_per_s"] > 0
+    assert run["errors"] == 0, run["counts"]
+    _latency(run["acquire"])
+    _latency(run["release"])
+    assert run["loadgen_cpu_s"] >= 0
+    if not contended:
+        assert run["held_fraction"] == 0
+
+
+def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path) -> None:
+    output = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--database-url", database_url, "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(output.read_text())
+
+    for variant in ("uncontended", "contended"):
+        figures = data["throughput"][variant]
+        for side in ("http", "direct"):
+            assert len(figures[side]["runs"]) == data["config"]["repeat"] == 1
+            _run_figures(figures[side]["runs"][0], contended=variant == "contended")
+            assert figures[side]["cycles_per_s"]["median"] > 0
+        assert figures["ratio"]["of_medians"] > 0
+    # Two clients fighting over two names: some acquires must have found the lock held.
+    assert data["throughput"]["contended"]["http"]["runs"][0]["counts"]["acq_held"] > 0
+
+    for side in ("http", "direct"):
+        _run_figures(data["latency"][side], contended=False)
+    for page in ("first_page", "prefix_page", "held_page"):
+        assert data["list"][page]["errors"] == 0
+        _latency(data["list"][page]["get"])
+    assert data["table_rows"] >= data["config"]["list_rows"]
+
+    assert 10 < data["server_rss_mb_idle"] <= data["server_rss_mb_max"]
+    assert set(data["targets"]) == {
+        "throughput_ratio",
+        "latency_acquire_p99_ms",
+        "list_first_page_p99_ms",
+        "server_rss_mb",
+    }
+    assert all(t["value"] is not None and t["met"] in (True, False) for t in data["targets"].values())
+    assert data["machine"]["cores"] >= 1 and data["load_generator"].startswith("wrk")
+
+    for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS"):
+        assert heading in result.stdout
+    side_by_side = compare.render([output, output])
+    assert "uncontended: ratio HTTP/direct" in side_by_side
+    assert all(row.split()[-1] != "-" for row in side_by_side.splitlines()[1:]), side_by_side
+
+    # The schema the run created is gone.
+    async def schema_exists() -> bool:
+        conn = await asyncpg.connect(database_url)
+        try:
+            schema = data["server"]["table"].split(".")[0]
+            return bool(await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema))
+        finally:
+            await conn.close()
+
+    assert not asyncio.run(schema_exists())
+
+
+def test_percentiles_are_observed_values() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([7.0], 99) == 7.0
+    assert latency_summary([1000.0, 3000.0, 2000.0]) == {
+        "count": 3,
+        "p50_ms": 2.0,
+        "p90_ms": 3.0,
+        "p99_ms": 3.0,
+        "max_ms": 3.0,
+    }
+
+
+def test_wrk_samples_are_parsed_per_operation() -> None:
+    text = "\n".join(
+        [
+            "summary 2000000 6 0 0 0 1 0",
+            "counts 2 1 0 2 0 0 0",
+            "acquire 100.0 200.5 300",
+            "release 50 60",
+            "get",
+            "counts 0 0 0 0 0 0 0",
+            "acquire",
+            "release",
+            "get",
+        ]
+    )
+    phase = parse_samples(text)
+    assert phase.seconds == 2.0
+    assert phase.acquire_us == [100.0, 200.5, 300.0] and phase.release_us == [50.0, 60.0]
+    assert phase.counts == {"acq_ok": 2, "acq_held": 1, "rel_ok": 2}
+    summary = phase.summary()
+    assert summary["cycles"] == 2 and summary["cycles_per_s"] == 1.0 and summary["errors"] == 0
+    assert summary["held_fraction"] == round(1 / 3, 3)
+
+
+def test_database_password_is_redacted() -> None:
+    assert redact_url("postgresql://app:s3cret@db:5432/locks") == "postgresql://app:***@db:5432/locks"
+    assert redact_url("postgresql://postgres@127.0.0.1:5432/test") == "postgresql://postgres@127.0.0.1:5432/test"
