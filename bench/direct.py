@@ -10,8 +10,6 @@ import asyncio
 import random
 import resource
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -32,9 +30,11 @@ class _OneConnection:
     def __init__(self, conn: Any) -> None:
         self._conn = conn
 
-    @asynccontextmanager
-    async def acquire(self, **_: Any) -> AsyncIterator[Any]:
-        yield self._conn
+    async def acquire(self, **_: Any) -> Any:
+        return self._conn
+
+    async def release(self, conn: Any) -> None:
+        pass
 
 
 def run_direct(database_url: str, table: str, load: Load) -> Phase:
