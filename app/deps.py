@@ -16,14 +16,22 @@ from app.locks import LockStore
 from app.settings import Settings
 
 
-async def get_settings(request: Request) -> Settings:
+def settings_of(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-async def get_store(request: Request) -> LockStore:
+def store_of(request: Request) -> LockStore:
     store: LockStore = request.app.state.store
     return store
+
+
+async def get_settings(request: Request) -> Settings:
+    return settings_of(request)
+
+
+async def get_store(request: Request) -> LockStore:
+    return store_of(request)
 
 
 class _BearerToken(HTTPBearer):
@@ -34,7 +42,7 @@ class _BearerToken(HTTPBearer):
         return authenticator.authenticate(request.headers.get("authorization"))
 
 
-_bearer = _BearerToken(
+bearer = _BearerToken(
     scheme_name="bearerToken",
     description="An API token from the server's token configuration (`Authorization: Bearer <token>`). "
     "Required on /v1 when the server has tokens configured; a server without tokens serves only loopback.",
@@ -43,4 +51,4 @@ _bearer = _BearerToken(
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[LockStore, Depends(get_store)]
-PrincipalDep = Annotated[Principal, Depends(_bearer)]
+PrincipalDep = Annotated[Principal, Depends(bearer)]

@@ -149,14 +149,19 @@ def _describe_validation(exc: RequestValidationError) -> InvalidRequest:
     return InvalidRequest(f"{first['field']}: {first['message']}", field=first["field"], problems=problems)
 
 
-async def _handle_schedlock_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, SchedlockError)
-    return error_response(exc)
+def known_error_response(exc: Exception) -> Response | None:
+    """The response for a domain error or a validation error; None for anything else (a bug: 500)."""
+    if isinstance(exc, SchedlockError):
+        return error_response(exc)
+    if isinstance(exc, RequestValidationError):
+        return error_response(_describe_validation(exc))
+    return None
 
 
-async def _handle_validation_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    return error_response(_describe_validation(exc))
+async def _handle_known_error(request: Request, exc: Exception) -> Response:
+    response = known_error_response(exc)
+    assert response is not None
+    return response
 
 
 async def _handle_http_error(request: Request, exc: Exception) -> Response:
@@ -184,7 +189,7 @@ async def _handle_unexpected(request: Request, exc: Exception) -> Response:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(SchedlockError, _handle_schedlock_error)
-    app.add_exception_handler(RequestValidationError, _handle_validation_error)
+    app.add_exception_handler(SchedlockError, _handle_known_error)
+    app.add_exception_handler(RequestValidationError, _handle_known_error)
     app.add_exception_handler(StarletteHTTPException, _handle_http_error)
     app.add_exception_handler(Exception, _handle_unexpected)

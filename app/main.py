@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
@@ -19,6 +20,7 @@ from app.metrics import router as metrics_router
 from app.migrate import head_revision, known_revisions, version_table_for
 from app.observe import RequestObserver
 from app.routes import health, locks
+from app.routes.lean import LeanRoutes
 from app.schema import qualified_name
 from app.settings import Settings
 
@@ -43,8 +45,11 @@ need no token.
 """
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The service. Raises app.auth.TokenConfigError if the token configuration is unusable."""
+def create_app(settings: Settings | None = None, *, lean: bool = True) -> FastAPI:
+    """The service. Raises app.auth.TokenConfigError if the token configuration is unusable.
+
+    ``lean=False`` leaves the lock operations to FastAPI's generic request handling (app.routes.lean explains
+    why they normally are not); tests compare the two."""
     settings = settings or Settings()
     metrics = Metrics()
     authenticator = Authenticator(settings)
@@ -83,6 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(locks.router)
     app.include_router(health.router)
     app.include_router(metrics_router)
+    if lean:
+        lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
+        app.add_middleware(LeanRoutes, routes=lean_routes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
     return app

@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, TypeAdapter, WithJsonSchema
 
 from app.durations import DurationError, parse_duration
 from app.timefmt import format_time
@@ -14,6 +14,8 @@ from app.timefmt import format_time
 #: ShedLock's name column is VARCHAR(64); no control characters, no "/" (it would not survive a URL path).
 NAME_MAX = 64
 NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f/]+$"
+#: The same rule as a validator, for code that reads the name itself (app.routes.lean).
+LOCK_NAME = TypeAdapter(Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)])
 HOLDER_MAX = 128
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 

@@ -7,12 +7,12 @@ import binascii
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
-from app.deps import PrincipalDep, SettingsDep, StoreDep
+from app.deps import PrincipalDep, SettingsDep, StoreDep, settings_of, store_of
 from app.durations import format_duration
 from app.errors import InvalidRequest
 from app.locks import LockRow, new_locked_by
@@ -52,6 +52,7 @@ class _ReadPath(PathConvertor):
 register_url_convertor("lockpath", _NamePath())
 register_url_convertor("lockread", _ReadPath())
 
+#: The same rule as app.models.LOCK_NAME (which app.routes.lean validates with).
 LockName = Annotated[
     str,
     Path(
@@ -131,13 +132,11 @@ def _view(row: LockRow) -> LockView:
         **_DOWN,
     },
 )
-async def acquire(
-    name: LockName, body: AcquireRequest, store: StoreDep, settings: SettingsDep, principal: PrincipalDep
-) -> Response:
+async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
-    _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
+    _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
     locked_by = new_locked_by(body.holder, principal.name)
-    lease = await store.acquire(name, body.lock_at_most_for, body.lock_at_least_for, locked_by)
+    lease = await store_of(request).acquire(name, body.lock_at_most_for, body.lock_at_least_for, locked_by)
     row = lease.row
     return _json(
         AcquireResponse(
@@ -171,9 +170,9 @@ async def acquire(
         **_DOWN,
     },
 )
-async def release(name: LockName, body: ReleaseRequest, store: StoreDep, principal: PrincipalDep) -> Response:
+async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
-    row = await store.release(name, body.token)
+    row = await store_of(request).release(name, body.token)
     return _json(ReleaseResponse(name=row.name, lock_until=row.lock_until, db_time=row.db_time))
 
 
@@ -195,12 +194,10 @@ async def release(name: LockName, body: ReleaseRequest, store: StoreDep, princip
         **_DOWN,
     },
 )
-async def extend(
-    name: LockName, body: ExtendRequest, store: StoreDep, settings: SettingsDep, principal: PrincipalDep
-) -> Response:
+async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
-    _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
-    row = await store.extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
+    _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
+    row = await store_of(request).extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
     return _json(
         ExtendResponse(
             name=row.name,
@@ -220,9 +217,9 @@ async def extend(
     response_model=LockResponse,
     responses={404: _error("`lock_not_found`: no lock of that name."), **_AUTH, **_BAD_INPUT, **_DOWN},
 )
-async def get_lock(name: LockName, store: StoreDep, principal: PrincipalDep) -> Response:
+async def get_lock(name: LockName, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=False)
-    row = await store.get(name)
+    row = await store_of(request).get(name)
     return _json(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
 
 
@@ -274,3 +271,7 @@ async def list_locks(
     page = await store.page(prefix=prefix, held=held, after=after, limit=limit, scope=principal.prefixes)
     next_cursor = _encode_cursor(page.rows[-1].name) if page.has_more else None
     return _json(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))
+
+
+#: Endpoints app.routes.lean serves on the hot path (same functions, without FastAPI's generic binding).
+LEAN_ENDPOINTS = (acquire, release, extend, get_lock)
