@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,20 +72,25 @@ def make_settings(database_url: str, table: str, **overrides: Any) -> Settings:
     return Settings(database_url=SecretStr(database_url), table=table, **overrides)
 
 
+def drop_schema(database_url: str, schema: str) -> None:
+    """Drop a schema a test made (from synchronous code: not inside a running event loop)."""
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
 @pytest.fixture(scope="session")
 def schema(database_url: str) -> Iterator[str]:
     """A schema of this session's own, dropped at the end."""
     name = f"test_{uuid.uuid4().hex[:10]}"
     yield name
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(database_url)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
+    drop_schema(database_url, name)
 
 
 @pytest.fixture(scope="session")
@@ -94,18 +100,31 @@ def settings(database_url: str, schema: str) -> Settings:
     return settings
 
 
-@pytest.fixture(scope="session")
-async def app(settings: Settings) -> AsyncIterator[FastAPI]:
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        yield app
+@asynccontextmanager
+async def in_process(settings: Settings, **create: Any) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An app on ``settings`` with its lifespan entered, and an in-process client for it."""
+    app = create_app(settings, **create)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://schedlock.test") as client,
+    ):
+        yield app, client
 
 
 @pytest.fixture(scope="session")
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://schedlock.test") as client:
-        yield client
+async def app_and_client(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    async with in_process(settings) as pair:
+        yield pair
+
+
+@pytest.fixture(scope="session")
+def app(app_and_client: tuple[FastAPI, httpx.AsyncClient]) -> FastAPI:
+    return app_and_client[0]
+
+
+@pytest.fixture(scope="session")
+def client(app_and_client: tuple[FastAPI, httpx.AsyncClient]) -> httpx.AsyncClient:
+    return app_and_client[1]
 
 
 @pytest.fixture(scope="session")

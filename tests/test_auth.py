@@ -23,7 +23,7 @@ from app.auth import Authenticator, TokenConfigError, hash_secret, parse_tokens
 from app.exposure import is_loopback
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import start_server, stop_server
+from tests.conftest import in_process, start_server, stop_server
 
 SECRETS = {
     "billing": "billing-secret-" + "b" * 40,
@@ -48,17 +48,19 @@ def bearer(who: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-async def auth_app(settings: Settings) -> AsyncIterator[FastAPI]:
-    app = create_app(settings.model_copy(update={"tokens": token_config()}))
-    async with app.router.lifespan_context(app):
-        yield app
+async def auth_pair(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    async with in_process(settings.model_copy(update={"tokens": token_config()})) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
-async def api(auth_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=auth_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://schedlock.test") as client:
-        yield client
+def auth_app(auth_pair: tuple[FastAPI, httpx.AsyncClient]) -> FastAPI:
+    return auth_pair[0]
+
+
+@pytest.fixture(scope="module")
+def api(auth_pair: tuple[FastAPI, httpx.AsyncClient]) -> httpx.AsyncClient:
+    return auth_pair[1]
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import LiveServer, free_port, spawn_server, stop_server, wait_for
+from tests.conftest import LiveServer, drop_schema, free_port, spawn_server, stop_server, wait_for
 
 ROOT = Path(__file__).parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -232,7 +232,7 @@ def test_the_installed_package_migrates_from_outside_the_source_tree(installed: 
         assert last["level"] == "info" and "newest schema revision" in last["message"]
         assert _table_exists(database_url, schema)
     finally:
-        _drop_schema(database_url, schema)
+        drop_schema(database_url, schema)
 
 
 # Inside a private mount namespace: every mount read-only, a fresh tmpfs on /tmp (the pod's emptyDir), and a
@@ -270,7 +270,7 @@ def test_migrates_and_serves_on_a_read_only_root_filesystem(installed: Path, dat
         assert "schedlock_lock_operations_total" in httpx.get(f"{server.url}/metrics").text
     finally:
         output = stop_server(server)
-        _drop_schema(database_url, schema)
+        drop_schema(database_url, schema)
     assert "Read-only file system" not in output, output
     assert process.returncode == 0, output
 
@@ -284,17 +284,6 @@ def _table_exists(url: str, schema: str) -> bool:
             await conn.close()
 
     return asyncio.run(check())
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    async def drop() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
 
 
 @pytest.mark.parametrize("stage", ["build", "final"])

@@ -23,9 +23,8 @@ import pytest
 from pydantic import SecretStr
 
 from app import migrate
-from app.main import create_app
 from app.settings import Settings
-from tests.conftest import start_server, stop_server
+from tests.conftest import in_process, start_server, stop_server
 from tests.faultproxy import FaultProxy
 from tests.pgcluster import PgCluster
 
@@ -74,9 +73,7 @@ def via_proxy(proxy: FaultProxy) -> str:
 
 @asynccontextmanager
 async def service(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
-    transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+    async with in_process(settings) as (_, client):
         yield client
 
 

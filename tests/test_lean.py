@@ -9,11 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
 
 from app.auth import hash_secret
-from app.main import create_app
 from app.settings import Settings
+from tests.conftest import in_process
 
 SECRET = "lean-test-secret-" + "s" * 40
 READER = "lean-test-reader-" + "r" * 40
@@ -33,13 +32,7 @@ def _tokens() -> str:
 @pytest.fixture(scope="module")
 async def pair(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     configured = settings.model_copy(update={"tokens": _tokens()})
-    apps: list[FastAPI] = [create_app(configured, lean=True), create_app(configured, lean=False)]
-    async with (
-        apps[0].router.lifespan_context(apps[0]),
-        apps[1].router.lifespan_context(apps[1]),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=apps[0]), base_url="http://lean") as lean,
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=apps[1]), base_url="http://generic") as generic,
-    ):
+    async with in_process(configured, lean=True) as (_, lean), in_process(configured, lean=False) as (_, generic):
         yield lean, generic
 
 

@@ -16,9 +16,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.logs import HumanFormatter, JsonFormatter, configure_logging, redact, request_id
-from app.main import create_app
 from app.settings import Settings
-from tests.conftest import start_server, stop_server
+from tests.conftest import in_process, start_server, stop_server
 from tests.helpers import acquire, release
 
 SECRET_PASSWORD = "pw-Zq8vX1-do-not-log"
@@ -112,11 +111,7 @@ async def test_storage_failures_are_warnings_without_the_password() -> None:
         database_url=SecretStr(f"postgresql://u:{SECRET_PASSWORD}@127.0.0.1:1/nowhere"), db_connect_timeout=1.0
     )
     with captured() as out:
-        app = create_app(settings)
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-        ):
+        async with in_process(settings) as (_, client):
             await client.post("/v1/locks/x/acquire", json={"lock_at_most_for": "1m"})
             await client.get("/readyz")
     text = out.getvalue()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -15,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from app import migrate
-from app.main import create_app
 from app.metrics import LOCK_OUTCOMES
 from app.settings import Settings
+from tests.conftest import in_process
 from tests.helpers import acquire, extend, release
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -56,16 +54,6 @@ def outcomes(before: Samples, after: Samples) -> dict[tuple[str, str], float]:
     return deltas
 
 
-@asynccontextmanager
-async def app_client(settings: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
-        yield app, client
-
-
 async def test_every_lock_outcome_is_counted_once(client: httpx.AsyncClient, name: str) -> None:
     before = await scrape(client)
     lease = (await acquire(client, name, "10m")).json()
@@ -93,7 +81,7 @@ async def test_every_lock_outcome_is_counted_once(client: httpx.AsyncClient, nam
 
 
 async def test_every_outcome_is_exported_from_the_start(settings: Settings) -> None:
-    async with app_client(settings) as (_, client):
+    async with in_process(settings) as (_, client):
         samples = await scrape(client)
     for op, names in LOCK_OUTCOMES.items():
         for outcome in names:
@@ -149,7 +137,7 @@ async def test_database_latency_and_pool_usage(app: FastAPI, client: httpx.Async
 async def test_held_locks_gauge_counts_the_table_and_is_cached(database_url: str, schema: str, db: Any) -> None:
     settings = Settings(database_url=SecretStr(database_url), table=f"{schema}.held_{uuid.uuid4().hex[:6]}")
     await asyncio.to_thread(migrate.upgrade, settings)
-    async with app_client(settings) as (app, client):
+    async with in_process(settings) as (app, client):
         app.state.metrics.held_locks_max_age = 0
         assert value(await scrape(client), "schedlock_locks_held") == 0
         leases = [(await acquire(client, f"job-{i}", "10m")).json() for i in range(3)]
@@ -177,7 +165,7 @@ async def test_held_locks_gauge_counts_the_table_and_is_cached(database_url: str
 
 async def test_metrics_still_answer_when_the_database_is_down() -> None:
     settings = Settings(database_url=SecretStr("postgresql://u:hunter2@127.0.0.1:1/nowhere"), db_connect_timeout=1.0)
-    async with app_client(settings) as (_, client):
+    async with in_process(settings) as (_, client):
         assert (await acquire(client, "x")).status_code == 503
         r = await client.get("/metrics")
     assert r.status_code == 200 and "hunter2" not in r.text
@@ -196,7 +184,7 @@ async def test_openmetrics_when_asked(client: httpx.AsyncClient) -> None:
 
 
 async def test_each_app_has_its_own_registry(settings: Settings) -> None:
-    async with app_client(settings) as (_, one), app_client(settings) as (_, two):
+    async with in_process(settings) as (_, one), in_process(settings) as (_, two):
         await acquire(one, f"job-{uuid.uuid4().hex[:8]}")
         a, b = await scrape(one), await scrape(two)
     total = "schedlock_lock_operations_total"

@@ -14,7 +14,7 @@ import pytest
 
 from app import migrate
 from app.settings import Settings
-from tests.conftest import make_settings
+from tests.conftest import in_process, make_settings
 from tests.java import JavaNode
 
 JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NULL,
@@ -127,9 +127,7 @@ async def test_the_cli_migrates(fresh: tuple[Any, Settings]) -> None:
 
 
 async def test_the_api_works_on_an_adopted_timestamptz_table(fresh: tuple[Any, Settings]) -> None:
-    import httpx
 
-    from app.main import create_app
     from tests.helpers import acquire, release, seconds
 
     conn, settings = fresh
@@ -139,11 +137,7 @@ async def test_the_api_works_on_an_adopted_timestamptz_table(fresh: tuple[Any, S
     await java.insert_or_take_over("java-held", 600.0)
     await upgrade(settings)
 
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
+    async with in_process(settings) as (_, client):
         held = await acquire(client, "java-held", "10m")
         assert held.status_code == 409
         assert seconds(held.json()["error"]["db_time"], held.json()["error"]["lock_until"]) == pytest.approx(600, abs=2)
@@ -155,18 +149,11 @@ async def test_the_api_works_on_an_adopted_timestamptz_table(fresh: tuple[Any, S
 
 
 async def test_readyz_accepts_a_newer_schema_and_refuses_none(fresh: tuple[Any, Settings]) -> None:
-    import httpx
-
-    from app.main import create_app
 
     conn, settings = fresh
     await upgrade(settings)
     version_table = f'"{settings.table_schema}"."{migrate.version_table_for(settings)}"'
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
+    async with in_process(settings) as (_, client):
         assert (await client.get("/readyz")).status_code == 200
         # A newer release migrated ahead of this one (rolling upgrade): this one may keep serving.
         await conn.execute(f"UPDATE {version_table} SET version_num = 'from_a_newer_release'")

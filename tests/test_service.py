@@ -11,6 +11,7 @@ from pydantic import SecretStr
 from app.errors import ERROR_CODES
 from app.main import create_app
 from app.settings import Settings
+from tests.conftest import in_process
 
 OPENAPI = Path(__file__).parent.parent / "openapi" / "openapi.json"
 
@@ -22,11 +23,7 @@ async def test_healthz_and_readyz(client: httpx.AsyncClient) -> None:
 
 async def test_readyz_is_503_on_an_unmigrated_table(settings: Settings) -> None:
     other = settings.model_copy(update={"table": f"{settings.table_schema}.never_migrated"})
-    app = create_app(other)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
+    async with in_process(other) as (_, client):
         r = await client.get("/readyz")
         assert r.status_code == 503 and r.json()["error"]["code"] == "storage_unavailable"
         assert "migrate" in r.json()["error"]["message"]
@@ -39,11 +36,7 @@ async def test_unreachable_database_gives_503_with_retry_after_and_no_secret() -
         database_url=SecretStr("postgresql://u:hunter2@127.0.0.1:1/nowhere"),
         db_connect_timeout=1.0,
     )
-    app = create_app(settings)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
-    ):
+    async with in_process(settings) as (_, client):
         assert (await client.get("/healthz")).status_code == 200
         for r in (
             await client.get("/readyz"),
