@@ -237,12 +237,18 @@ def test_the_installed_package_migrates_from_outside_the_source_tree(installed: 
 
 # Inside a private mount namespace: every mount read-only, a fresh tmpfs on /tmp (the pod's emptyDir), and a
 # probe that the package's own directory really cannot be written, before the server starts.
+# $KEEP (the virtualenv) may itself live under /tmp (a checkout there): it is reached through /mnt and bound back
+# read-only on top of the fresh /tmp, so that only the server's own files are hidden by the new, empty /tmp.
 _READ_ONLY = """
 set -e
+mount --bind /tmp /mnt
 awk '$2 !~ "^/(proc|sys|dev)" {print $2}' /proc/self/mounts | while read -r mp; do
   mount -o remount,bind,ro "$mp" 2>/dev/null || true
 done
 mount -t tmpfs -o size=64m tmpfs /tmp
+case "$KEEP" in /tmp/*)
+  mkdir -p "$KEEP" && mount --bind "/mnt/${KEEP#/tmp/}" "$KEEP" && mount -o remount,bind,ro "$KEEP";;
+esac
 if touch "$PYTHONPATH/probe" 2>/dev/null; then echo "root filesystem still writable" >&2; exit 97; fi
 cd /tmp
 exec "$@"
@@ -255,6 +261,7 @@ def test_migrates_and_serves_on_a_read_only_root_filesystem(installed: Path, dat
     port = free_port()
     env = image_env(installed, database_url, f"{schema}.shedlock")
     env["SCHEDLOCK_HOST"] = "127.0.0.1"
+    env["KEEP"] = sys.prefix
     command = [sys.executable, "-m", "app", "serve", "--migrate", "--port", str(port)]
     server = spawn_server(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", _READ_ONLY, "sh", *command], env, port
