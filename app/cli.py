@@ -99,6 +99,7 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
     import uvicorn
 
     from app.embedded import EmbeddedPostgres
+    from app.http import HttpProtocol
     from app.main import create_app
 
     try:
@@ -137,7 +138,7 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
             host=settings.host,
             port=settings.port,
             loop="uvloop",
-            http="httptools",
+            http=HttpProtocol,  # httptools, one write per response (app.http)
             log_config=None,
             # uvicorn's INFO line per request cost ~5% of the server's CPU at full load. Logging requests, where
             # wanted, is the app's job (middleware), with its own level and format.

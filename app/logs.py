@@ -7,6 +7,7 @@ emitted while a request is being served carries that request's id (``request_id`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import sys
@@ -94,6 +95,46 @@ def _human_value(value: Any) -> str:
     return text
 
 
+class TurnBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler that, on the event loop's thread, writes the lines of one turn of the loop together.
+
+    At full load every request logs a line, and a write and flush per line cost about 5% of the server's CPU.
+    Lines emitted while the loop runs are held until the end of the current turn (``call_soon``), then written
+    and flushed in one call: no line waits longer than the turn it was logged in, and the order is kept. Off
+    the loop (start-up, shutdown, other threads), each line is written at once, after any held ones."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        self._held: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._held.append(line)
+                self._write_held()
+                return
+            if not self._held:
+                loop.call_soon(self.flush)
+            self._held.append(line)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write_held()
+
+    def _write_held(self) -> None:
+        if self._held:
+            text, self._held = "".join(self._held), []
+            self.stream.write(text)
+        super().flush()
+
+
 def configure_logging(level: str = "INFO", fmt: LogFormat = "auto", stream: IO[str] | None = None) -> None:
     """Send every logger's records to ``stream`` (default stderr) in one format, at ``level``.
 
@@ -107,7 +148,7 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = "auto", stream: IO[s
         logging.logAsyncioTasks = False
     if fmt == "auto":
         fmt = "human" if stream.isatty() else "json"
-    handler = logging.StreamHandler(stream)
+    handler = TurnBufferedHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else HumanFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):

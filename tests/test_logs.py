@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -15,7 +16,7 @@ import httpx
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from app.logs import HumanFormatter, JsonFormatter, configure_logging, redact, request_id
+from app.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
 from app.settings import Settings
 from tests.conftest import in_process, start_server, stop_server
 from tests.helpers import acquire, release
@@ -188,6 +189,56 @@ def restore_logging() -> Iterator[None]:
     root.setLevel(level)
     logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = switches
     logging.getLogger("uvicorn.access").disabled = False
+
+
+class CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def buffered_logger(stream: io.StringIO) -> tuple[logging.Logger, TurnBufferedHandler]:
+    handler = TurnBufferedHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.Logger("schedlock.test.buffered")  # not registered: nothing else sees it
+    logger.addHandler(handler)
+    return logger, handler
+
+
+async def test_lines_of_one_event_loop_turn_are_written_together_at_its_end() -> None:
+    stream = CountingStream()
+    logger, _ = buffered_logger(stream)
+    for i in range(3):
+        logger.warning("line %d", i)
+    assert stream.getvalue() == "", "written before the end of the turn"
+    await asyncio.sleep(0)
+    assert stream.getvalue() == "line 0\nline 1\nline 2\n"
+    assert stream.writes == 1
+    logger.warning("next turn")
+    await asyncio.sleep(0)
+    assert stream.getvalue().endswith("line 2\nnext turn\n")
+
+
+async def test_a_line_logged_off_the_loop_keeps_the_order_and_flush_writes_what_is_held() -> None:
+    stream = CountingStream()
+    logger, handler = buffered_logger(stream)
+    logger.warning("on the loop")
+    await asyncio.to_thread(logger.warning, "from a thread")  # no loop there: written at once, after held lines
+    assert stream.getvalue() == "on the loop\nfrom a thread\n"
+    logger.warning("held")
+    handler.flush()  # what logging.shutdown() does at exit
+    assert stream.getvalue().endswith("from a thread\nheld\n")
+
+
+def test_off_the_loop_each_line_is_written_at_once() -> None:
+    stream = CountingStream()
+    logger, _ = buffered_logger(stream)
+    logger.warning("start-up")
+    assert stream.getvalue() == "start-up\n"
 
 
 @pytest.mark.usefixtures("restore_logging")
