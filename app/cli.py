@@ -134,7 +134,7 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
         if migrate:
             _migrate(settings)
         uvicorn.run(
-            create_app(settings),
+            create_app(settings, freeze_gc=True),
             host=settings.host,
             port=settings.port,
             loop="uvloop",

@@ -1,13 +1,14 @@
-"""The connection pool behind the hot path, and how database failures are reported.
+"""Database connections for the hot path, and how database failures are reported.
 
 Lock statements go straight to asyncpg (prepared once per connection, one round trip, autocommit: each
-statement is its own transaction, so CURRENT_TIMESTAMP is the database's now). SQLAlchemy owns the schema
-(``app.schema``) and the migrations.
+statement is its own transaction, so CURRENT_TIMESTAMP is the database's now), on connections lent by
+``app.pool.StatementPool``. SQLAlchemy owns the schema (``app.schema``) and the migrations.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from app.errors import SchemaNotMigrated, StorageUnavailable
+from app.pool import StatementPool
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock.db")
@@ -34,27 +36,14 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
-async def create_pool(settings: Settings) -> Any:
+async def create_pool(settings: Settings) -> StatementPool:
     """A pool whose connections speak UTC and give up on stuck statements.
 
     If the database is down at start-up, the pool starts empty instead of failing: the service comes up
     unready (/readyz answers 503) and recovers by itself when the database does."""
-    try:
-        return await _pool(settings, settings.pool_min_size)
-    except _UNAVAILABLE as exc:
-        logger.error("database unavailable at start-up (%s); starting unready", type(exc).__name__)
-        return await _pool(settings, 0)
-
-
-async def _pool(settings: Settings, min_size: int) -> Any:
-    return await asyncpg.create_pool(
+    connect = functools.partial(
+        asyncpg.connect,
         dsn=settings.asyncpg_dsn(),
-        min_size=min_size,
-        max_size=settings.pool_max_size,
-        # The default (50,000) recycles busy connections every few seconds under load.
-        max_queries=10_000_000,
-        max_inactive_connection_lifetime=300.0,
-        reset=_keep_session,
         timeout=settings.db_connect_timeout,
         command_timeout=settings.db_statement_timeout + 1.0,
         server_settings={
@@ -63,31 +52,29 @@ async def _pool(settings: Settings, min_size: int) -> Any:
             "statement_timeout": str(int(settings.db_statement_timeout * 1000)),
         },
     )
+    pool = StatementPool(connect, min_size=settings.pool_min_size, max_size=settings.pool_max_size)
+    try:
+        await pool.open()
+    except _UNAVAILABLE as exc:
+        logger.error("database unavailable at start-up (%s); starting unready", type(exc).__name__)
+    return pool
 
 
-async def fetch(pool: Any, pool_timeout: float, sql: str, *args: Any) -> list[Any]:
+async def fetch(pool: StatementPool, pool_timeout: float, sql: str, *args: Any) -> list[Any]:
     """Run one statement on a pooled connection, in bounded time: at most ``pool_timeout`` to get a connection
     (opening one included), then the statement timeout (server side, and one second later client side).
 
     When the client-side timeout fires, the server has not even answered the cancellation its own
     statement_timeout sends: it is stuck, or the network is. The connection is then dropped at once rather than
-    cleaned up with a cancel request and a reset query that would wait on the same silence."""
-    conn = await pool.acquire(timeout=pool_timeout)
+    cleaned up with a cancel request that would wait on the same silence."""
+    conn = await pool.acquire(pool_timeout)
     try:
         return list(await conn.fetch(sql, *args))
     except (TimeoutError, asyncio.CancelledError):
         conn.terminate()
         raise
     finally:
-        await pool.release(conn)
-
-
-async def _keep_session(conn: Any) -> None:
-    """What the pool runs when a connection comes back, after asyncpg's own rollback of any open transaction.
-
-    asyncpg's default runs ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``: one more round trip
-    per request, and four more statements for Postgres to parse and run. Lock statements leave nothing of that
-    behind (no advisory locks, cursors, LISTEN or SET), so there is nothing to undo."""
+        pool.release(conn)
 
 
 @asynccontextmanager
@@ -104,7 +91,7 @@ async def storage_errors(action: str) -> AsyncIterator[None]:
         raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
 
 
-async def close_pool(pool: Any, grace: float) -> None:
+async def close_pool(pool: StatementPool, grace: float) -> None:
     """Close gracefully, but never hang a shutdown on a database that does not answer: after ``grace``
     seconds, drop the remaining connections (the server notices the closed sockets)."""
     try:

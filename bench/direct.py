@@ -25,15 +25,15 @@ _AT_MOST = timedelta(seconds=30)
 
 
 class _OneConnection:
-    """Looks like an asyncpg pool to LockStore, but always lends the same dedicated connection."""
+    """Looks like app.pool.StatementPool to LockStore, but always lends the same dedicated connection."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
 
-    async def acquire(self, **_: Any) -> Any:
+    async def acquire(self, max_wait: float) -> Any:
         return self._conn
 
-    async def release(self, conn: Any) -> None:
+    def release(self, conn: Any) -> None:
         pass
 
 
