@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -60,35 +58,33 @@ async def create_pool(settings: Settings) -> StatementPool:
     return pool
 
 
-async def fetch(pool: StatementPool, pool_timeout: float, sql: str, *args: Any) -> list[Any]:
+async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str, *args: Any) -> list[Any]:
     """Run one statement on a pooled connection, in bounded time: at most ``pool_timeout`` to get a connection
     (opening one included), then the statement timeout (server side, and one second later client side).
 
     When the client-side timeout fires, the server has not even answered the cancellation its own
     statement_timeout sends: it is stuck, or the network is. The connection is then dropped at once rather than
-    cleaned up with a cancel request that would wait on the same silence."""
-    conn = await pool.acquire(pool_timeout)
-    try:
-        return list(await conn.fetch(sql, *args))
-    except (TimeoutError, asyncio.CancelledError):
-        conn.terminate()
-        raise
-    finally:
-        pool.release(conn)
+    cleaned up with a cancel request that would wait on the same silence.
 
-
-@asynccontextmanager
-async def storage_errors(action: str) -> AsyncIterator[None]:
-    """Turn a database failure into StorageUnavailable (503). A statement whose outcome is unknown (the
-    connection broke after it was sent) is reported the same way: never as success."""
+    A database failure becomes StorageUnavailable (503), or SchemaNotMigrated when the table or its columns are
+    missing; ``action`` names what failed. A statement whose outcome is unknown (the connection broke after it
+    was sent) is reported the same way: never as success."""
     try:
-        yield
+        conn = await pool.acquire(pool_timeout)
+        try:
+            rows: list[Any] = await conn.fetch(sql, *args)
+        except (TimeoutError, asyncio.CancelledError):
+            conn.terminate()
+            raise
+        finally:
+            pool.release(conn)
     except asyncpg.UndefinedTableError:
         raise SchemaNotMigrated(f"{action}: the lock table does not exist; run `schedlock-server migrate`") from None
     except (asyncpg.UndefinedColumnError, asyncpg.UndefinedFunctionError):
         raise SchemaNotMigrated(f"{action}: the lock table is not migrated; run `schedlock-server migrate`") from None
     except _UNAVAILABLE as exc:
         raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
+    return rows
 
 
 async def close_pool(pool: StatementPool, grace: float) -> None:

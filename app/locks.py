@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.db import fetch, storage_errors
+from app.db import fetch
 from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated
 from app.schema import qualified_name
 from app.timefmt import as_utc_naive, format_time
@@ -120,9 +120,8 @@ class LockStore:
         self._get_sql = f"SELECT {_ROW}, {_NOW} AS db_time FROM {t} WHERE name = $1"
         self._count_held_sql = f"SELECT count(*) AS n FROM {t} WHERE lock_until > {_NOW}"
 
-    async def _fetch(self, action: str, sql: str, *args: Any) -> list[Any]:
-        async with storage_errors(action):
-            return await fetch(self._pool, self._pool_timeout, sql, *args)
+    def _fetch(self, action: str, sql: str, *args: Any) -> Awaitable[list[Any]]:
+        return fetch(self._pool, self._pool_timeout, action, sql, *args)
 
     async def acquire(
         self, name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, locked_by: str

@@ -4,12 +4,14 @@ It is the single place where lock outcomes are recorded: the route template and 
 them (acquire 409 is "held", release/extend 409 "not_holder", ...), so routes and the store stay unaware of
 metrics. Pure ASGI rather than BaseHTTPMiddleware: no extra task or body buffering per request.
 
-Each request gets an id: the caller's ``X-Request-ID`` when it is a short token, else a random one. It is echoed
+Each request gets an id: the caller's ``X-Request-ID`` when it is a short token, else a new one (16 hex digits: a
+random part per process and a counter, so no system call per request). It is echoed
 in the response's ``X-Request-ID`` header and appears on every log line written while serving the request.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -36,6 +38,22 @@ _QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 _METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 UNMATCHED = "unmatched"
+
+
+class _RequestIds:
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)  # a forked worker must not repeat its parent's ids
+
+    def reseed(self) -> None:
+        self._prefix = os.urandom(4).hex()
+        self._counter = itertools.count(1)
+
+    def new(self) -> str:
+        return f"{self._prefix}{next(self._counter) & 0xFFFFFFFF:08x}"
+
+
+new_request_id = _RequestIds().new
 
 
 def lock_outcome(operation: str, status: int) -> str:
@@ -83,7 +101,7 @@ class RequestObserver:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        rid = _incoming_request_id(scope) or os.urandom(8).hex()
+        rid = _incoming_request_id(scope) or new_request_id()
         header = (b"x-request-id", rid.encode())
         status = 500  # what the server error handler answers if the app raises before responding
 
