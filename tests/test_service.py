@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -86,3 +87,17 @@ async def test_docs_page_is_served_without_internet(client: httpx.AsyncClient) -
         assert r.status_code == 200 and len(r.content) > 10_000
     spec = await client.get("/openapi.json")
     assert spec.json()["info"]["title"] == "schedlock"
+
+
+async def test_a_served_app_freezes_what_start_up_left_alive(settings: Settings) -> None:
+    """serve passes freeze_gc=True: a full collection must not walk the app's ~100k long-lived objects."""
+    gc.unfreeze()
+    try:
+        async with in_process(settings, freeze_gc=False) as (_, client):
+            assert (await client.get("/healthz")).status_code == 200
+            assert gc.get_freeze_count() == 0
+        async with in_process(settings, freeze_gc=True) as (_, client):
+            assert gc.get_freeze_count() > 10_000
+            assert (await client.get("/healthz")).status_code == 200
+    finally:
+        gc.unfreeze()  # this test process lives on: let the collector have them back
