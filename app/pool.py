@@ -64,15 +64,14 @@ class StatementPool:
 
     async def acquire(self, max_wait: float) -> Any:
         """A connection for the caller alone, until ``release``. Raises TimeoutError after ``max_wait`` seconds
-        (only a caller that finds no idle connection waits, or pays for the timer)."""
+        (only a caller that finds no idle connection waits, or pays for a timer)."""
         while self._idle and not self._closing:
             conn = self._idle.pop()[0]
             if not conn.is_closed():
                 self._lent += 1
                 return conn
             self._forget(conn)
-        async with asyncio.timeout(max_wait):
-            conn = await self._wait_or_open()
+        conn = await self._wait_or_open(max_wait)
         self._lent += 1
         return conn
 
@@ -126,7 +125,9 @@ class StatementPool:
             self._forget(conn)
         self._idle = []
 
-    async def _wait_or_open(self) -> Any:
+    async def _wait_or_open(self, max_wait: float) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
         while True:
             if self._closing:
                 raise asyncpg.InterfaceError("the pool is closing")
@@ -136,14 +137,18 @@ class StatementPool:
                     return conn
                 self._forget(conn)
             if self._size < self._max_size:
-                return await self._open_one()
-            waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                async with asyncio.timeout_at(deadline):  # connecting counts against the same wait
+                    return await self._open_one()
+            # Wait in line. A plain timer on the waiter rather than asyncio.timeout(): under load most callers
+            # come here, and cancelling a task is dearer than failing a future.
+            waiter: asyncio.Future[Any] = loop.create_future()
             self._waiters.append(waiter)
+            timer = loop.call_at(deadline, _expire, waiter)
             try:
                 conn = await waiter
             except BaseException:
                 if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                    # Served just as we gave up: pass the connection, or the room to open one, on.
+                    # Served just as we were cancelled: pass the connection, or the room to open one, on.
                     given = waiter.result()
                     if given is None:
                         self._wake_one()
@@ -153,6 +158,8 @@ class StatementPool:
                     with contextlib.suppress(ValueError):
                         self._waiters.remove(waiter)
                 raise
+            finally:
+                timer.cancel()
             if conn is not None:
                 return conn
             # None: a connection was dropped, so there is room to open one.
@@ -201,6 +208,11 @@ class StatementPool:
         if self._reaper is not None:
             self._reaper.cancel()
             self._reaper = None
+
+
+def _expire(waiter: asyncio.Future[Any]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError("no database connection became free in time"))
 
 
 async def _close_quietly(conn: Any) -> None:
