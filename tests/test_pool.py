@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -71,6 +72,19 @@ async def test_a_waiter_gives_up_after_max_wait_and_is_not_served_later(pool: St
     assert 0.15 < asyncio.get_running_loop().time() - started < 2
     pool.release(held[0])
     assert pool.get_idle_size() == 1, "the connection went to a waiter that had given up"
+    for conn in held[1:]:
+        pool.release(conn)
+
+
+async def test_a_waiter_cancelled_just_after_being_served_passes_the_connection_on(pool: StatementPool) -> None:
+    held = [await pool.acquire(1) for _ in range(3)]
+    waiting = asyncio.create_task(pool.acquire(5))
+    await asyncio.sleep(0.05)
+    pool.release(held[0])  # hands the connection to the waiter ...
+    waiting.cancel()  # ... which is cancelled before it could take it
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert pool.get_idle_size() == 1, "the connection was lost with the cancelled waiter"
     for conn in held[1:]:
         pool.release(conn)
 
@@ -153,3 +167,46 @@ async def test_an_unreachable_database_fails_open_and_each_acquire_in_bounded_ti
             await pool.acquire(2)
     assert pool.get_size() == 0
     pool.terminate()
+
+
+async def test_under_churn_nothing_leaks(connect: Callable[[], Any]) -> None:
+    """Many callers for few connections, some giving up, some cancelled mid-statement: afterwards every
+    connection is back, none over max_size, and each still works."""
+    pool = StatementPool(connect, min_size=1, max_size=3)
+    await pool.open()
+    rng = random.Random(7)
+    outcomes: dict[str, int] = {"ok": 0, "timeout": 0, "cancelled": 0}
+
+    async def caller(i: int) -> None:
+        try:
+            conn = await pool.acquire(rng.choice([0.002, 2.0, 2.0]))
+        except TimeoutError:
+            outcomes["timeout"] += 1
+            return
+        try:
+            assert pool.get_size() <= 3
+            await conn.fetchval("SELECT pg_sleep($1)", rng.choice([0, 0.001, 0.005]))
+            outcomes["ok"] += 1
+        except asyncio.CancelledError:
+            conn.terminate()  # as app.db.fetch does: the statement's state is unknown
+            outcomes["cancelled"] += 1
+            raise
+        finally:
+            pool.release(conn)
+
+    try:
+        tasks = [asyncio.create_task(caller(i)) for i in range(300)]
+        await asyncio.sleep(0.01)
+        for task in rng.sample(tasks, 40):
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        cancelled = sum(isinstance(r, asyncio.CancelledError) for r in results)
+        assert outcomes["ok"] > 100 and outcomes["timeout"] > 0 and cancelled > 10, (outcomes, cancelled)
+        assert 1 <= pool.get_size() <= 3
+        assert pool.get_idle_size() == pool.get_size(), "a connection was not given back"
+        conns = [await pool.acquire(1) for _ in range(3)]
+        assert [await c.fetchval("SELECT 1") for c in conns] == [1, 1, 1]
+        for c in conns:
+            pool.release(c)
+    finally:
+        pool.terminate()
