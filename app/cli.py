@@ -144,6 +144,7 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
             # wanted, is the app's job (middleware), with its own level and format.
             access_log=False,
             timeout_graceful_shutdown=10,
+            server_header=False,  # no "server: uvicorn" on every answer: nothing to gain from advertising it
         )
     finally:
         if embedded is not None:

@@ -48,10 +48,17 @@ class LeanRoutes:
         self.routes = [(route, _LeanEndpoint(route.endpoint)) for route in routes]
         for route, _ in self.routes:
             assert route.path_format.startswith(_PREFIX), route.path_format
+        # The route whose literal ending (".../acquire") the path has is tried first. At most one of these routes
+        # can match a request fully (their endings and methods differ), so the order changes only the cost.
+        endings = {_ending(route) for route, _ in self.routes}
+        self._tries = {ending: sorted(self.routes, key=lambda pair: _ending(pair[0]) != ending) for ending in endings}
+        self._default_tries = self._tries.get("", self.routes)  # a path ending in a name: the read route first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(_PREFIX):
-            for route, endpoint in self.routes:
+            path = scope["path"]
+            tries = self._tries.get(path[path.rfind("/") :], self._default_tries)
+            for route, endpoint in tries:
                 match, child_scope = route.matches(scope)
                 if match is Match.FULL:
                     scope.update(child_scope)
@@ -59,6 +66,11 @@ class LeanRoutes:
                     await response(scope, receive, send)
                     return
         await self.app(scope, receive, send)
+
+
+def _ending(route: APIRoute) -> str:
+    """The literal text after the route's last path parameter: "/acquire", or "" for ``/v1/locks/{name}``."""
+    return route.path_format.rsplit("}", 1)[1]
 
 
 class _LeanEndpoint:
