@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
+from app.observe import new_request_id
 from app.settings import Settings
 from tests.conftest import in_process, start_server, stop_server
 from tests.helpers import acquire, release
@@ -300,3 +302,18 @@ def test_the_real_server_writes_json_lines_without_secrets(settings: Settings, n
     assert requests[0]["request_id"] == ids[0]
     assert not any("HTTP/1.1" in r["message"] for r in records)  # uvicorn's own access log is off
     assert any(r["logger"].startswith("uvicorn") for r in records)  # its start-up lines come through as JSON
+
+
+def test_new_request_ids_are_random_and_a_forked_child_does_not_repeat_them() -> None:
+    ids = [new_request_id() for _ in range(1100)]  # more than one batch of random bytes
+    assert len(set(ids)) == len(ids) and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id must not be the one its parent is about to hand out
+        os.write(write_end, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child_id = os.read(read_end, 16).decode()
+    os.close(read_end)
+    os.close(write_end)
+    assert re.fullmatch(r"[0-9a-f]{16}", child_id) and child_id != new_request_id()
