@@ -64,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list-clients", type=int, default=d.list_clients)
     p.add_argument("--list-seconds", type=int, default=d.list_seconds)
     p.add_argument("--skip-direct", action="store_true", help="HTTP only (no baseline, no ratio)")
+    p.add_argument(
+        "--no-auth",
+        dest="auth",
+        action="store_false",
+        help="start the server without API tokens (default: one token scoped to the benchmark's names, sent on "
+        "every request; with --url, the token is read from SCHEDLOCK_TOKEN)",
+    )
     p.add_argument("--profile", action="store_true", help="also record a py-spy flame graph of the server")
     p.add_argument("--quick", action="store_true", help="a few seconds in all, tiny figures (checks the harness)")
     p.add_argument("--output", type=Path, help="JSON file to write (default: bench/results/<time>.json)")

@@ -12,7 +12,7 @@ import resource
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.stats import Phase
@@ -33,6 +33,7 @@ class Load:
     rate: float = 0.0
     path: str = "/v1/locks"
     at_most: str = "30s"
+    token: str | None = field(default=None, repr=False)  # API token to send; a secret: never written out
 
 
 def wrk_path() -> str:
@@ -64,6 +65,8 @@ def run_wrk(base_url: str, load: Load) -> Phase:
             "BENCH_AT_MOST": load.at_most,
             "BENCH_OUT": str(out),
         }
+        if load.token:
+            env["BENCH_TOKEN"] = load.token
         command = [wrk_path(), "-t", str(load.clients), "-c", str(load.clients), "-d", f"{load.seconds}s"]
         command += ["--timeout", "10s", "-s", str(SCRIPT), base_url]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -30,6 +30,7 @@ def render(results: dict[str, Any]) -> str:
         f"{' (uncommitted changes)' if results['code']['dirty'] else ''}; "
         f"load average {results['machine']['loadavg_start'][0]:.1f} at start, "
         f"{results['machine']['loadavg_end'][0]:.1f} at end",
+        f"server auth: {results.get('server', {}).get('auth', 'unknown')}",
         "",
         f"THROUGHPUT: {c['clients']} keep-alive clients, closed loop, {c['seconds']} s x {c['repeat']} runs "
         "(median [min-max])",

@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ class Config:
     list_seconds: int = 5
     skip_direct: bool = False
     profile: bool = False
+    auth: bool = True  # the started server requires an API token (as any non-loopback deployment does)
 
 
 def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -73,10 +74,10 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
         },
     }
     say(f"schedlock benchmark {run_id}: {results['machine']['description']}")
-    with _target(config, run_id, output) as (server, table):
+    with _target(config, run_id, output) as (server, table, token):
         schema, _, name = table.rpartition(".")
         sql_table = qualified_name(name, schema or None)
-        bench = _Bench(config, server, table, sql_table, prefix, say)
+        bench = _Bench(config, server, table, sql_table, prefix, say, token)
         if server.pid is not None:
             results["server_rss_mb_idle"] = round(target.process_rss_mb(server.pid), 1)
         if server.process is not None and config.list_rows:
@@ -87,6 +88,7 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
             "pid": server.pid,
             "env": about.redacted_env(server.env),
             "table": table,
+            "auth": "API token (bearer) on every request" if token else "none",
         }
         results["throughput"] = bench.throughput()
         results["latency"] = bench.latency()
@@ -103,9 +105,17 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
 
 class _Bench:
     def __init__(
-        self, config: Config, server: target.Server, table: str, sql_table: str, prefix: str, say: Callable[[str], None]
+        self,
+        config: Config,
+        server: target.Server,
+        table: str,
+        sql_table: str,
+        prefix: str,
+        say: Callable[[str], None],
+        token: str | None = None,
     ) -> None:
         self.c = config
+        self.token = token
         self.server = server
         self.table = table
         self.sql_table = sql_table
@@ -114,7 +124,7 @@ class _Bench:
 
     def _http(self, load: Load) -> Phase:
         with target.ProcessWatch(self.server.pid) as watch:
-            phase = run_wrk(self.server.url, load)
+            phase = run_wrk(self.server.url, replace(load, token=self.token))
         phase.server_cpu_s, phase.server_rss_mb = watch.cpu_s, watch.rss_mb
         target.expire_bench_leases(self.c.database_url, self.sql_table, self.prefix)
         return phase
@@ -287,20 +297,26 @@ def evaluate(results: dict[str, Any], config: Config) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _target(config: Config, run_id: str, output: Path) -> Iterator[tuple[target.Server, str]]:
+def _target(config: Config, run_id: str, output: Path) -> Iterator[tuple[target.Server, str, str | None]]:
+    """The server, its table, and the API token to send (None: none)."""
     if config.url is not None:
         if not config.table:
             raise SystemExit("--url needs --table (the server's SCHEDLOCK_TABLE)")
-        yield target.Server(config.url.rstrip("/"), config.server_pid), config.table
+        token = os.environ.get("SCHEDLOCK_TOKEN") or None  # as the client and the `schedlock` command take it
+        yield target.Server(config.url.rstrip("/"), config.server_pid), config.table, token
         return
     schema = f"bench_{run_id}"
     table = f"{schema}.shedlock"
     log_path = output.with_suffix(".server.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(config.server_env)
+    token = None
+    if config.auth:
+        token, env["SCHEDLOCK_TOKENS"] = target.bench_token(prefixes=[f"bench-{run_id}-", "list-"])
     with log_path.open("wb") as log:
-        server = target.start_server(config.database_url, table, config.server_env, log)
+        server = target.start_server(config.database_url, table, env, log)
         try:
-            yield server, table
+            yield server, table, token
         finally:
             target.stop_server(server)
             target.drop_schema(config.database_url, schema)

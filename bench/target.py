@@ -8,7 +8,9 @@ on it, and drops the schema at the end. Pointed at an existing server (``--url``
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import asyncpg
+
+from app.auth import hash_secret
 
 ROOT = Path(__file__).resolve().parent.parent
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -37,6 +41,13 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+
+def bench_token(prefixes: list[str]) -> tuple[str, str]:
+    """A new API token for the benchmark's names: (the secret, the server's SCHEDLOCK_TOKENS holding its hash)."""
+    secret = secrets.token_urlsafe(32)
+    entry = {"name": "bench", "sha256": hash_secret(secret), "prefixes": prefixes, "access": "read-write"}
+    return secret, json.dumps({"tokens": [entry]})
 
 
 def _free_port() -> int:

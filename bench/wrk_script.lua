@@ -12,6 +12,7 @@
 --   BENCH_THREADS  number of clients (threads), to split names between them in mode "own"
 --   BENCH_RATE     per client: cycles (or GETs) per second on an absolute schedule; 0 or unset = closed loop
 --   BENCH_AT_MOST  lock_at_most_for of each acquire
+--   BENCH_TOKEN    API token for the Authorization header (unset: none sent)
 --   BENCH_OUT      file the main state writes the samples to when the run ends
 
 local ffi = require("ffi")
@@ -35,6 +36,12 @@ local rate = tonumber(os.getenv("BENCH_RATE") or "0")
 local get_path = os.getenv("BENCH_PATH") or "/v1/locks"
 local acquire_body = '{"lock_at_most_for":"' .. (os.getenv("BENCH_AT_MOST") or "30s") .. '","holder":"bench"}'
 local json_headers = { ["Content-Type"] = "application/json" }
+local get_headers = {}
+local token = os.getenv("BENCH_TOKEN") -- an API token, sent as a bearer token on every request when set
+if token ~= nil and token ~= "" then
+  json_headers["Authorization"] = "Bearer " .. token
+  get_headers["Authorization"] = "Bearer " .. token
+end
 
 -- Main state: number the threads, collect their samples at the end.
 local threads = {}
@@ -78,7 +85,7 @@ function request()
   sent_at = now_us()
   if mode == "get" then
     sending = "get"
-    return wrk.format("GET", get_path)
+    return wrk.format("GET", get_path, get_headers)
   end
   if lease_token ~= nil then
     sending = "release"

@@ -76,6 +76,12 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
     assert all(t["value"] is not None and t["met"] in (True, False) for t in data["targets"].values())
     assert data["machine"]["cores"] >= 1 and data["load_generator"].startswith("wrk")
 
+    # The started server required an API token, and every request above carried one (none counted as an error).
+    assert data["server"]["auth"] == "API token (bearer) on every request"
+    (entry,) = json.loads(data["server"]["env"]["SCHEDLOCK_TOKENS"])["tokens"]
+    assert set(entry) == {"name", "sha256", "prefixes", "access"}  # the hash only: the secret is written nowhere
+    assert "bearer" not in output.with_suffix(".server.log").read_text().lower()
+
     for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS"):
         assert heading in result.stdout
     side_by_side = compare.render([output, output])
