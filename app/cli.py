@@ -103,11 +103,11 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
     from app.main import create_app
 
     try:
-        auth_enabled = Authenticator(settings).enabled
+        authenticator = Authenticator(settings)
     except TokenConfigError as exc:
         print(f"schedlock-server: invalid token configuration: {exc}", file=sys.stderr)
         return 2
-    problem = exposure_check(settings, auth_enabled)
+    problem = exposure_check(settings, authenticator.enabled)
     if problem is not None:
         level, message = problem
         logger.log(level, message)
@@ -134,7 +134,7 @@ def _serve(settings: Settings, *, migrate: bool) -> int:
         if migrate:
             _migrate(settings)
         uvicorn.run(
-            create_app(settings, freeze_gc=True),
+            create_app(settings, freeze_gc=True, authenticator=authenticator),
             host=settings.host,
             port=settings.port,
             loop="uvloop",

@@ -46,16 +46,23 @@ need no token.
 """
 
 
-def create_app(settings: Settings | None = None, *, lean: bool = True, freeze_gc: bool = False) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    lean: bool = True,
+    freeze_gc: bool = False,
+    authenticator: Authenticator | None = None,
+) -> FastAPI:
     """The service. Raises app.auth.TokenConfigError if the token configuration is unusable.
 
     ``lean=False`` leaves the lock operations to FastAPI's generic request handling (app.routes.lean explains
     why they normally are not); tests compare the two. ``freeze_gc`` (for the one app of a server process) moves
     everything alive once the app has started out of the garbage collector's reach: the app, its routes and
-    models are about 100,000 objects, and a full collection walking them paused every request for ~60 ms."""
+    models are about 100,000 objects, and a full collection walking them paused every request for ~60 ms.
+    ``authenticator``: one already built from these settings (``serve`` builds it first to check the exposure)."""
     settings = settings or Settings()
     metrics = Metrics()
-    authenticator = Authenticator(settings)
+    authenticator = authenticator or Authenticator(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
