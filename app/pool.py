@@ -8,7 +8,7 @@ about 15% of the server's CPU (README, Performance). This pool only does what th
 - a connection is lent whole to one caller (asyncpg runs one statement per connection at a time) and comes back
   with nothing to undo: callers run single statements, never transactions, SET, LISTEN or cursors;
 - an idle connection is lent at once, most recently used first; otherwise a new one is opened while fewer than
-  ``max_size`` exist, else the caller queues (first come, first served) for at most ``timeout`` seconds, opening
+  ``max_size`` exist, else the caller queues (first come, first served) for at most ``max_wait`` seconds, opening
   a connection included;
 - a connection that closed (the server restarted, or a caller terminated it after a timeout) is dropped, never
   lent, and its place can be taken by a new one at once;
@@ -33,6 +33,8 @@ Connect = Callable[[], Awaitable[Any]]
 
 
 class StatementPool:
+    """Up to ``max_size`` connections made by ``connect``, each lent to one caller at a time (see the module)."""
+
     def __init__(self, connect: Connect, *, min_size: int, max_size: int, idle_lifetime: float = 300.0) -> None:
         if not 0 <= min_size <= max_size or max_size < 1:
             raise ValueError(f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}")
