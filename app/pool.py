@@ -67,13 +67,9 @@ class StatementPool:
     async def acquire(self, max_wait: float) -> Any:
         """A connection for the caller alone, until ``release``. Raises TimeoutError after ``max_wait`` seconds
         (only a caller that finds no idle connection waits, or pays for a timer)."""
-        while self._idle and not self._closing:
-            conn = self._idle.pop()[0]
-            if not conn.is_closed():
-                self._lent += 1
-                return conn
-            self._forget(conn)
-        conn = await self._wait_or_open(max_wait)
+        conn = None if self._closing else self._take_idle()
+        if conn is None:
+            conn = await self._wait_or_open(max_wait)
         self._lent += 1
         return conn
 
@@ -127,17 +123,24 @@ class StatementPool:
             self._forget(conn)
         self._idle = []
 
+    def _take_idle(self) -> Any | None:
+        """The most recently returned idle connection that is still open (closed ones are dropped), or None."""
+        while self._idle:
+            conn = self._idle.pop()[0]
+            if not conn.is_closed():
+                return conn
+            self._forget(conn)
+        return None
+
     async def _wait_or_open(self, max_wait: float) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
         while True:
             if self._closing:
                 raise asyncpg.InterfaceError("the pool is closing")
-            while self._idle:
-                conn = self._idle.pop()[0]
-                if not conn.is_closed():
-                    return conn
-                self._forget(conn)
+            idle = self._take_idle()
+            if idle is not None:
+                return idle
             if self._size < self._max_size:
                 async with asyncio.timeout_at(deadline):  # connecting counts against the same wait
                     return await self._open_one()
