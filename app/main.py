@@ -12,17 +12,18 @@ from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
-from app.auth import Authenticator
-from app.db import close_pool, create_pool
-from app.errors import install_error_handlers
-from app.limits import BodySizeLimit
-from app.metrics import MeasuredLockStore, Metrics
-from app.metrics import router as metrics_router
-from app.migrate import head_revision, known_revisions, version_table_for
-from app.observe import RequestObserver
-from app.routes import health, locks
-from app.routes.lean import LeanRoutes
-from app.schema import qualified_name
+from app.api.errors import install_error_handlers
+from app.api.middleware.lean import LeanRoutes
+from app.api.middleware.limits import BodySizeLimit
+from app.api.middleware.observe import RequestObserver
+from app.api.routes import health, locks
+from app.api.routes import metrics as metrics_route
+from app.auth.authenticator import Authenticator
+from app.db.migrate import head_revision, known_revisions, version_table_for
+from app.db.schema import qualified_name
+from app.db.statements import close_pool, create_pool
+from app.locking.store import LockStore
+from app.ops.metrics import Metrics
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock")
@@ -53,12 +54,12 @@ def create_app(
     freeze_gc: bool = False,
     authenticator: Authenticator | None = None,
 ) -> FastAPI:
-    """The service. Raises app.auth.TokenConfigError if the token configuration is unusable.
+    """The service. Raises app.auth.tokens.TokenConfigError if the token configuration is unusable.
 
-    ``lean=False`` leaves the lock operations to FastAPI's generic request handling (app.routes.lean explains
+    ``lean=False`` leaves the lock operations to FastAPI's generic request handling (app.api.middleware.lean explains
     why they normally are not); tests compare the two. ``freeze_gc`` (for the one app of a server process) moves
     everything alive once the app has started out of the garbage collector's reach: the app, its routes and
-    models are about 100,000 objects, and a full collection walking them paused every request for ~60 ms.
+    models are many objects, and a full collection walking them paused every request (docs/performance.md).
     ``authenticator``: one already built from these settings (``serve`` builds it first to check the exposure)."""
     settings = settings or Settings()
     metrics = Metrics()
@@ -67,8 +68,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(settings)
-        app.state.store = MeasuredLockStore(
-            metrics, pool, settings.table_name, settings.table_schema, settings.db_pool_timeout
+        app.state.store = LockStore(
+            pool, settings.table_name, settings.table_schema, settings.db_pool_timeout, observe=metrics.observe_db
         )
         metrics.watch(pool, app.state.store)
         if freeze_gc:
@@ -85,8 +86,8 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        # FastAPI's own OpenTelemetry instrumentation looks up the global OTel providers on every request (about
-        # 4% of the server's CPU at full load). Observability here is Prometheus (/metrics) and the access log.
+        # FastAPI's own OpenTelemetry instrumentation looks up the global OTel providers on every request, which
+        # showed in the profile (docs/performance.md). Observability here is Prometheus (/metrics) and the access log.
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
         openapi_tags=[
             {"name": "locks", "description": "Acquire, release, extend and inspect named locks."},
@@ -103,7 +104,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(locks.router)
     app.include_router(health.router)
-    app.include_router(metrics_router)
+    app.include_router(metrics_route.router)
     if lean:
         lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
         app.add_middleware(LeanRoutes, routes=lean_routes)

@@ -15,7 +15,7 @@ _TABLE_RE = re.compile(rf"^(?:({_IDENT})\.)?({_IDENT})$")
 
 
 class Settings(BaseSettings):
-    """Configuration from the environment (prefix ``SCHEDLOCK_``); see the README for each variable."""
+    """Configuration from the environment (prefix ``SCHEDLOCK_``); docs/configuration.md lists every variable."""
 
     model_config = SettingsConfigDict(env_prefix="SCHEDLOCK_", extra="ignore")
 
@@ -34,7 +34,7 @@ class Settings(BaseSettings):
 
     pool_min_size: int = Field(default=2, ge=0)
     # One process keeps only a few statements in flight; more connections add Postgres backends fighting for the
-    # same cores. On the 2-core benchmark box 16 -> 8 -> 4 gave 591 -> 635 -> 690 cycles/s (README, Performance).
+    # same cores, and measured slower (docs/performance.md).
     pool_max_size: int = Field(default=8, ge=1)
     db_connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to open a connection.")
     db_statement_timeout: float = Field(default=5.0, gt=0, description="Seconds a lock statement may run.")
@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     def _upper_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    tokens_file: Path | None = Field(default=None, description="API tokens (TOML or JSON); see README.")
+    tokens_file: Path | None = Field(default=None, description="API tokens (TOML or JSON); see docs/auth.md.")
     tokens: str | None = Field(default=None, description="API tokens inline, same format as the file.")
     tokens_reload_interval: float = Field(default=2.0, ge=0, description="Seconds between checks of tokens_file.")
     allow_unauthenticated: bool = Field(default=False, description="Serve without tokens on a non-loopback host.")

@@ -1,6 +1,6 @@
 """The baseline: the same acquire/release statements, sent straight to Postgres with asyncpg, no HTTP.
 
-Each client gets its own connection and runs ``app.locks.LockStore`` on it, so the statements (and their
+Each client gets its own connection and runs ``app.locking.store.LockStore`` on it, so the statements (and their
 arguments) are exactly the server's, by construction, and nothing but the HTTP layer separates the two.
 """
 
@@ -17,7 +17,8 @@ import asyncpg
 import uvloop
 
 from app.errors import LockHeld, SchedlockError
-from app.locks import LockStore, new_locked_by
+from app.locking.leases import new_locked_by
+from app.locking.store import LockStore
 from bench.loadgen import Load
 from bench.stats import Phase
 
@@ -25,7 +26,7 @@ _AT_MOST = timedelta(seconds=30)
 
 
 class _OneConnection:
-    """Looks like app.pool.StatementPool to LockStore, but always lends the same dedicated connection."""
+    """Looks like app.db.pool.StatementPool to LockStore, but always lends the same dedicated connection."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import uvloop
 
-from app.schema import qualified_name
+from app.db.schema import qualified_name
 from bench import target
 from bench.loadgen import Load, run_wrk
 from bench.run import Config

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.schema import qualified_name
+from app.db.schema import qualified_name
 from bench import about, target
 from bench.direct import run_direct
 from bench.loadgen import Load, run_wrk, wrk_version

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import asyncpg
 
-from app.auth import hash_secret
+from app.auth.tokens import hash_secret
 
 ROOT = Path(__file__).resolve().parent.parent
 _PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -1,4 +1,4 @@
-"""Per-request cost of app.observe.RequestObserver (metrics + access log), printed, not asserted.
+"""Per-request cost of app.api.middleware.observe.RequestObserver (metrics + access log), printed, not asserted.
 
     .venv/bin/python scripts/bench_observe.py [requests]
 
@@ -16,13 +16,14 @@ import sys
 import time
 from typing import Any
 
-from app.logs import configure_logging
-from app.metrics import Metrics
-from app.observe import RequestObserver
+from app.api.middleware.observe import RequestObserver
+from app.ops.logs import configure_logging
+from app.ops.metrics import Metrics
 
 
 class _Route:
     path_format = "/v1/locks/{name}/acquire"
+    operation_id = "acquireLock"
 
 
 async def inner(scope: Any, receive: Any, send: Any) -> None:

@@ -29,7 +29,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
-from app import migrate
+from app.db import migrate
 from app.main import create_app
 from app.settings import Settings
 from tests.java import JavaNode
@@ -57,7 +57,7 @@ def database_url() -> Iterator[str]:
         return
     if "SCHEDLOCK_TEST_DATABASE_URL" in os.environ:
         pytest.fail(f"SCHEDLOCK_TEST_DATABASE_URL is set but unreachable: {url}")
-    from app.embedded import EmbeddedPostgres
+    from app.db.embedded import EmbeddedPostgres
 
     with tempfile.TemporaryDirectory(prefix="schedlock-test-pg-") as tmp:
         Path(tmp).chmod(0o755)

@@ -19,8 +19,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.auth import Authenticator, TokenConfigError, hash_secret, parse_tokens
-from app.exposure import is_loopback
+from app.auth.authenticator import Authenticator
+from app.auth.exposure import is_loopback
+from app.auth.tokens import TokenConfigError, hash_secret, parse_tokens
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import in_process, start_server, stop_server

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.durations import DurationError, format_duration, parse_duration
+from app.locking.durations import DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

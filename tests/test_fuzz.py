@@ -21,7 +21,7 @@ from schemathesis.python import asgi
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.auth import hash_secret
+from app.auth.tokens import hash_secret
 from app.main import create_app
 from app.settings import Settings
 

@@ -1,4 +1,4 @@
-"""app.http: a response's head and body leave in one write, and nothing is held past a turn of the event loop."""
+"""app.api.protocol: a response's head and body leave in one write; nothing is held past a turn of the event loop."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.http import CoalescingTransport, HttpProtocol
+from app.api.protocol import CoalescingTransport, HttpProtocol
 
 
 class RecordingTransport:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth import hash_secret
+from app.auth.tokens import hash_secret
 from app.settings import Settings
 from tests.conftest import in_process
 

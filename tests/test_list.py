@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.locks import _list_query, prefix_upper_bound
+from app.locking.listing import list_query, prefix_upper_bound
 from app.settings import Settings
 from tests.helpers import acquire, release
 
@@ -85,7 +85,7 @@ async def big_table(database_url: str) -> AsyncIterator[tuple[Any, str]]:
     """100,000 rows, as a large fleet would have."""
     schema = f"big_{uuid.uuid4().hex[:10]}"
     settings = Settings(database_url=database_url, table=f"{schema}.shedlock")  # type: ignore[arg-type]
-    from app import migrate
+    from app.db import migrate
 
     await asyncio.to_thread(migrate.upgrade, settings)
     conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
@@ -120,7 +120,7 @@ async def big_table(database_url: str) -> AsyncIterator[tuple[Any, str]]:
 )
 async def test_list_uses_the_name_index_on_100k_rows(big_table: tuple[Any, str], filters: dict[str, Any]) -> None:
     conn, table = big_table
-    sql, args = _list_query(
+    sql, args = list_query(
         table,
         prefix=filters.get("prefix"),
         held=filters.get("held"),

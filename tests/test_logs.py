@@ -17,8 +17,8 @@ import httpx
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from app.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
-from app.observe import new_request_id
+from app.api.middleware.observe import new_request_id
+from app.ops.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
 from app.settings import Settings
 from tests.conftest import in_process, start_server, stop_server
 from tests.helpers import acquire, release

@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from app import migrate
-from app.metrics import LOCK_OUTCOMES
+from app.db import migrate
+from app.ops.metrics import LOCK_OUTCOMES
 from app.settings import Settings
 from tests.conftest import in_process
 from tests.helpers import acquire, extend, release
@@ -194,7 +194,7 @@ async def test_each_app_has_its_own_registry(settings: Settings) -> None:
 
 @pytest.mark.parametrize("status", [200, 201, 204])
 def test_success_statuses_map_to_the_operation_verb(status: int) -> None:
-    from app.observe import lock_outcome
+    from app.api.middleware.observe import lock_outcome
 
     assert [lock_outcome(op, status) for op in ("acquire", "release", "extend")] == [
         "acquired",
@@ -204,7 +204,7 @@ def test_success_statuses_map_to_the_operation_verb(status: int) -> None:
 
 
 def test_error_statuses_map_to_bounded_outcomes() -> None:
-    from app.observe import lock_outcome
+    from app.api.middleware.observe import lock_outcome
 
     for op, names in LOCK_OUTCOMES.items():
         for status in range(400, 600):

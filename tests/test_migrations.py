@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from app import migrate
+from app.db import migrate
 from app.settings import Settings
 from tests.conftest import in_process, make_settings
 from tests.java import JavaNode

@@ -1,4 +1,4 @@
-"""app.pool.StatementPool on a real Postgres: lending, queueing, timeouts, dropped connections, idling, closing."""
+"""app.db.pool.StatementPool on a real Postgres: lending, queueing, timeouts, dropped connections, idling, closing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from app.pool import StatementPool
+from app.db.pool import StatementPool
 from tests.conftest import free_port
 
 APP = "schedlock-pool-test"
@@ -94,7 +94,7 @@ async def test_a_closed_connection_is_dropped_and_its_room_reused(pool: Statemen
     waiter = asyncio.create_task(pool.acquire(5))
     await asyncio.sleep(0.05)
     dead_pid = await backend_pid(held[0])
-    held[0].terminate()  # as app.db.fetch does after a client-side timeout
+    held[0].terminate()  # as app.db.statements.fetch does after a client-side timeout
     pool.release(held[0])
     fresh = await waiter  # woken to open a new connection in the freed room
     assert not fresh.is_closed() and await backend_pid(fresh) != dead_pid
@@ -188,7 +188,7 @@ async def test_under_churn_nothing_leaks(connect: Callable[[], Any]) -> None:
             await conn.fetchval("SELECT pg_sleep($1)", rng.choice([0, 0.001, 0.005]))
             outcomes["ok"] += 1
         except asyncio.CancelledError:
-            conn.terminate()  # as app.db.fetch does: the statement's state is unknown
+            conn.terminate()  # as app.db.statements.fetch does: the statement's state is unknown
             outcomes["cancelled"] += 1
             raise
         finally:

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from app import migrate
+from app.db import migrate
 from app.settings import Settings
 from tests.conftest import LiveServer, start_server, stop_server
 from tests.helpers import ts

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.durations import DurationError
-from app.durations import parse_duration as server_parse
+from app.locking.durations import DurationError
+from app.locking.durations import parse_duration as server_parse
 from schedlock import format_duration, parse_duration
 
 EXAMPLES = [

@@ -1,0 +1,90 @@
+"""The one place where errors become HTTP responses.
+
+Domain errors (``app.errors``) carry their code and status; this module renders them as
+``{"error": {"code": ..., "message": ..., <details>}}`` with their headers, describes request validation failures as
+``invalid_request`` naming the field, and answers Starlette's own 404/405/400 and any unexpected exception (500) in
+the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app.errors import InternalError, InvalidRequest, MethodNotAllowed, RouteNotFound, SchedlockError
+
+logger = logging.getLogger("schedlock.errors")
+
+
+def error_response(exc: SchedlockError) -> Response:
+    return Response(
+        content=orjson.dumps(exc.body()),
+        status_code=exc.status,
+        media_type="application/json",
+        headers=dict(exc.headers) or None,
+    )
+
+
+def _describe_validation(exc: RequestValidationError) -> InvalidRequest:
+    problems = []
+    for err in exc.errors():
+        location = [str(part) for part in err.get("loc", ()) if part not in ("body", "path", "query")]
+        field = ".".join(location) or "body"
+        message = str(err.get("msg", "invalid value"))
+        if err.get("type") == "json_invalid":
+            field, message = "body", "not valid JSON"
+        message = message.removeprefix("Value error, ")
+        problems.append({"field": field, "message": message})
+    first = problems[0] if problems else {"field": "body", "message": "invalid request"}
+    return InvalidRequest(f"{first['field']}: {first['message']}", field=first["field"], problems=problems)
+
+
+def known_error_response(exc: Exception) -> Response | None:
+    """The response for a domain error or a validation error; None for anything else (a bug: 500)."""
+    if isinstance(exc, SchedlockError):
+        return error_response(exc)
+    if isinstance(exc, RequestValidationError):
+        return error_response(_describe_validation(exc))
+    return None
+
+
+async def _handle_known_error(request: Request, exc: Exception) -> Response:
+    response = known_error_response(exc)
+    assert response is not None
+    return response
+
+
+async def _handle_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        return error_response(RouteNotFound(f"no route for {request.method} {request.url.path}"))
+    if exc.status_code == 405:
+        response = error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
+        response.headers.update(exc.headers or {})  # Allow: the methods the route has (RFC 9110 requires it)
+        return response
+    if exc.status_code == 400:  # e.g. a body that is not JSON at all
+        return error_response(InvalidRequest(str(exc.detail), field="body"))
+    body = {"error": {"code": f"http_{exc.status_code}", "message": str(exc.detail)}}
+    return Response(
+        content=orjson.dumps(body),
+        status_code=exc.status_code,
+        media_type="application/json",
+        headers=exc.headers,
+    )
+
+
+async def _handle_unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(InternalError("internal error; see the server log"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(SchedlockError, _handle_known_error)
+    app.add_exception_handler(RequestValidationError, _handle_known_error)
+    app.add_exception_handler(StarletteHTTPException, _handle_http_error)
+    app.add_exception_handler(Exception, _handle_unexpected)

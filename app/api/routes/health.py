@@ -1,0 +1,43 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.api.deps import StoreDep
+from app.api.models import ErrorBody, Health
+from app.db.migrate import is_ready_revision
+from app.errors import StorageUnavailable
+
+router = APIRouter(tags=["health"])
+
+
+@router.get(
+    "/healthz",
+    operation_id="health",
+    summary="Liveness: the process answers",
+    description="Always 200 while the process serves requests; does not touch the database.",
+    response_model=Health,
+)
+async def healthz() -> Response:
+    return Response(content=b'{"status":"ok"}', media_type="application/json")
+
+
+@router.get(
+    "/readyz",
+    operation_id="ready",
+    summary="Readiness: the database answers and the schema is migrated",
+    description="200 when the lock table is reachable and migrated to this release's schema revision (or a newer "
+    "one, during a rolling upgrade); 503 otherwise.",
+    response_model=Health,
+    responses={503: {"model": ErrorBody, "description": "`storage_unavailable`: database down or not migrated."}},
+)
+async def readyz(request: Request, store: StoreDep) -> Response:
+    expected: str = request.app.state.schema_revision
+    current = await store.schema_revision(request.app.state.version_table)
+    if not is_ready_revision(current, expected, request.app.state.known_revisions):
+        raise StorageUnavailable(
+            f"schema is at revision {current or 'none'}, expected {expected}; run `schedlock-server migrate`"
+        )
+    return Response(content=b'{"status":"ready"}', media_type="application/json")

@@ -1,0 +1,277 @@
+"""The lock API (v1). Thin: validate, call the store, shape the answer. Errors are raised, never returned."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel
+from starlette.convertors import PathConvertor, register_url_convertor
+from starlette.responses import Response
+
+from app.api.deps import PrincipalDep, SettingsDep, StoreDep, settings_of, store_of
+from app.api.models import (
+    AcquireRequest,
+    AcquireResponse,
+    ErrorBody,
+    ExtendRequest,
+    ExtendResponse,
+    LockList,
+    LockResponse,
+    LockView,
+    ReleaseRequest,
+    ReleaseResponse,
+)
+from app.errors import InvalidRequest
+from app.locking.durations import format_duration
+from app.locking.leases import new_locked_by
+from app.locking.names import NAME_MAX, NAME_PATTERN
+from app.locking.rows import LockRow
+from app.settings import Settings
+
+router = APIRouter(prefix="/v1/locks", tags=["locks"])
+
+
+class _NamePath(PathConvertor):
+    """Like ``path`` (so a name with '/' gets a clear 422, not a 404), but a newline matches too: a name with one
+    is a bad name (422), not an unknown route."""
+
+    regex = r"[\s\S]*"
+
+
+class _ReadPath(PathConvertor):
+    """As _NamePath, except that it never swallows an action: ``GET /v1/locks/x/acquire`` is the acquire route
+    with the wrong method (405 with ``Allow: POST``), not a read of a lock named "x/acquire"."""
+
+    regex = r"(?:(?!/(?:acquire|release|extend)$)[\s\S])*"
+
+
+register_url_convertor("lockpath", _NamePath())
+register_url_convertor("lockread", _ReadPath())
+
+#: The same rule as app.locking.names.LOCK_NAME (which the lean path validates with).
+LockName = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=NAME_MAX,
+        pattern=NAME_PATTERN,
+        description="Lock name: 1-64 characters, no control characters, no '/'.",
+        examples=["nightly-billing"],
+    ),
+]
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+_BAD_INPUT: dict[int | str, dict[str, Any]] = {
+    422: _error("`invalid_request`: a field is missing or malformed; `field` names it.")
+}
+_DOWN: dict[int | str, dict[str, Any]] = {
+    503: _error("`storage_unavailable`: the database cannot be reached; retry after `Retry-After` seconds.")
+}
+_AUTH: dict[int | str, dict[str, Any]] = {
+    401: _error("`unauthorized`: no bearer token, or one the server does not know (servers with tokens only)."),
+    403: _error("`forbidden`: the name is outside the token's prefixes, or a read-only token tried to write."),
+}
+_TOO_LARGE: dict[int | str, dict[str, Any]] = {
+    413: _error("`payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES)."),
+}
+
+
+def _json(model: BaseModel) -> Response:
+    # Built here rather than by FastAPI's response_model pass, which would validate the model a second time.
+    return Response(content=model.model_dump_json(), media_type="application/json")
+
+
+def _check_window(settings: Settings, at_most: timedelta, at_least: timedelta | None) -> None:
+    if at_most <= timedelta(0):
+        raise InvalidRequest("lock_at_most_for: must be greater than zero", field="lock_at_most_for")
+    if at_most > settings.max_lock_duration:
+        raise InvalidRequest(
+            f"lock_at_most_for: must not exceed the server's maximum {format_duration(settings.max_lock_duration)}",
+            field="lock_at_most_for",
+        )
+    if at_least is not None and at_least > at_most:
+        raise InvalidRequest("lock_at_least_for: must not exceed lock_at_most_for", field="lock_at_least_for")
+
+
+def _view(row: LockRow) -> LockView:
+    return LockView(
+        name=row.name,
+        locked_by=row.locked_by,
+        locked_at=row.locked_at,
+        lock_until=row.lock_until,
+        held=row.held,
+        fencing_token=row.fencing_token,
+    )
+
+
+@router.post(
+    "/{name:lockpath}/acquire",
+    operation_id="acquireLock",
+    summary="Acquire a lock, or learn it is held (never waits)",
+    description=(
+        "Takes the lock if nobody holds it or the holder's `lock_until` has passed, using the database's clock. "
+        "A held lock answers 409 at once, with the holder: the caller should skip this run, not wait. The "
+        "`token` is needed to release or extend, and is shown only here."
+    ),
+    response_model=AcquireResponse,
+    responses={
+        409: _error(
+            "`lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when."
+        ),
+        **_AUTH,
+        **_TOO_LARGE,
+        **_BAD_INPUT,
+        **_DOWN,
+    },
+)
+async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
+    principal.require(name, write=True)
+    _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
+    locked_by = new_locked_by(body.holder, principal.name)
+    lease = await store_of(request).acquire(name, body.lock_at_most_for, body.lock_at_least_for, locked_by)
+    row = lease.row
+    return _json(
+        AcquireResponse(
+            name=row.name,
+            token=lease.token,
+            fencing_token=row.fencing_token,
+            locked_at=row.locked_at,
+            lock_until=row.lock_until,
+            locked_by=row.locked_by,
+            db_time=row.db_time,
+        )
+    )
+
+
+@router.post(
+    "/{name:lockpath}/release",
+    operation_id="releaseLock",
+    summary="Release a lease",
+    description=(
+        "Ends the lease: `lock_until` becomes max(now, locked_at + lock_at_least_for), so the at-least window "
+        "given at acquisition still holds. Works while the row still carries this lease, even after it "
+        "expired; releasing twice is harmless."
+    ),
+    response_model=ReleaseResponse,
+    responses={
+        404: _error("`lock_not_found`: no lock of that name has ever been taken."),
+        409: _error("`not_holder`: the token does not hold this lock (wrong, or someone took it over)."),
+        **_AUTH,
+        **_TOO_LARGE,
+        **_BAD_INPUT,
+        **_DOWN,
+    },
+)
+async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, request: Request) -> Response:
+    principal.require(name, write=True)
+    row = await store_of(request).release(name, body.token)
+    return _json(ReleaseResponse(name=row.name, lock_until=row.lock_until, db_time=row.db_time))
+
+
+@router.post(
+    "/{name:lockpath}/extend",
+    operation_id="extendLock",
+    summary="Extend a live lease",
+    description=(
+        "Moves `lock_until` to the database's now + `lock_at_most_for`, only while the lease is live: once it "
+        "has expired it cannot be extended, even if nobody took it (as ShedLock). `locked_at` does not move."
+    ),
+    response_model=ExtendResponse,
+    responses={
+        404: _error("`lock_not_found`: no lock of that name has ever been taken."),
+        409: _error("`not_holder`: the lease expired, was released or taken over, or the token is wrong."),
+        **_AUTH,
+        **_TOO_LARGE,
+        **_BAD_INPUT,
+        **_DOWN,
+    },
+)
+async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, request: Request) -> Response:
+    principal.require(name, write=True)
+    _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
+    row = await store_of(request).extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
+    return _json(
+        ExtendResponse(
+            name=row.name,
+            fencing_token=row.fencing_token,
+            locked_at=row.locked_at,
+            lock_until=row.lock_until,
+            db_time=row.db_time,
+        )
+    )
+
+
+@router.get(
+    "/{name:lockread}",
+    operation_id="getLock",
+    summary="Read one lock",
+    description="The lock's row as the database has it now, with `held` judged by the database's clock.",
+    response_model=LockResponse,
+    responses={404: _error("`lock_not_found`: no lock of that name."), **_AUTH, **_BAD_INPUT, **_DOWN},
+)
+async def get_lock(name: LockName, principal: PrincipalDep, request: Request) -> Response:
+    principal.require(name, write=False)
+    row = await store_of(request).get(name)
+    return _json(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
+
+
+def _encode_cursor(name: str) -> str:
+    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor") from None
+    if not name or len(name) > NAME_MAX:
+        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
+    return name
+
+
+@router.get(
+    "",
+    operation_id="listLocks",
+    summary="List locks, by name",
+    description=(
+        "Pages through the lock table in name order (code point order), optionally only names starting with "
+        "`prefix` and only held (or only free) locks. Pass `next_cursor` back as `cursor` for the next page. "
+        "With a token, only names within its prefixes are listed: a `prefix` outside them gives an empty page."
+    ),
+    response_model=LockList,
+    responses={401: _AUTH[401], **_BAD_INPUT, **_DOWN},
+)
+async def list_locks(
+    store: StoreDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    prefix: Annotated[
+        str | None,
+        Query(
+            max_length=NAME_MAX,
+            pattern=r"^[^\x00-\x1f\x7f-\x9f]*$",
+            description="Only names starting with this.",
+        ),
+    ] = None,
+    held: Annotated[bool | None, Query(description="true: only held locks; false: only free ones.")] = None,
+    limit: Annotated[int, Query(ge=1, description="Page size (the server caps it; default 100).")] = 100,
+    cursor: Annotated[str | None, Query(max_length=200, description="`next_cursor` of the previous page.")] = None,
+) -> Response:
+    if limit > settings.list_max_limit:
+        raise InvalidRequest(f"limit: must be at most {settings.list_max_limit}", field="limit")
+    after = _decode_cursor(cursor) if cursor is not None else None
+    page = await store.page(prefix=prefix, held=held, after=after, limit=limit, scope=principal.prefixes)
+    next_cursor = _encode_cursor(page.rows[-1].name) if page.has_more else None
+    return _json(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))
+
+
+#: Endpoints the lean path (app.api.middleware.lean) serves: the same functions, without FastAPI's generic binding.
+LEAN_ENDPOINTS = (acquire, release, extend, get_lock)

@@ -1,0 +1,104 @@
+"""The server's commands: ``serve`` (uvicorn, with the embedded Postgres when no database URL is set),
+``migrate`` and ``openapi``. Heavy imports happen inside each command, so ``--help`` and the token commands stay
+fast."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from pydantic import SecretStr
+
+from app.auth.authenticator import Authenticator
+from app.auth.exposure import exposure_check
+from app.auth.tokens import TokenConfigError
+from app.settings import Settings
+
+logger = logging.getLogger("schedlock")
+
+
+def migrate(settings: Settings) -> int:
+    from app.db import migrate as migrations
+
+    if settings.database_url is None:
+        print("schedlock-server migrate: set SCHEDLOCK_DATABASE_URL", file=sys.stderr)
+        return 2
+    migrations.upgrade(settings)
+    logger.info("table %s is at the newest schema revision", settings.table)
+    return 0
+
+
+def serve(settings: Settings, *, migrate_first: bool) -> int:
+    import uvicorn
+
+    from app.api.protocol import HttpProtocol
+    from app.db.embedded import EmbeddedPostgres
+    from app.main import create_app
+
+    try:
+        authenticator = Authenticator(settings)
+    except TokenConfigError as exc:
+        print(f"schedlock-server: invalid token configuration: {exc}", file=sys.stderr)
+        return 2
+    problem = exposure_check(settings, authenticator.enabled)
+    if problem is not None:
+        level, message = problem
+        logger.log(level, message)
+        if level >= logging.ERROR:
+            return 2
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the previous handler. Python's
+    # default would kill the process before the embedded Postgres is stopped; exit through `finally` instead.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    embedded = None
+    if settings.database_url is None:
+        embedded = EmbeddedPostgres(settings.embedded_data_dir)
+        try:
+            url = embedded.start()
+        except ModuleNotFoundError:
+            print(
+                "schedlock-server: SCHEDLOCK_DATABASE_URL is not set and the embedded database (the `pgserver` "
+                "package) is not installed; set SCHEDLOCK_DATABASE_URL or `pip install pgserver`",
+                file=sys.stderr,
+            )
+            return 2
+        settings = settings.model_copy(update={"database_url": SecretStr(url)})
+        migrate_first = True
+    try:
+        if migrate_first:
+            migrate(settings)
+        uvicorn.run(
+            create_app(settings, freeze_gc=True, authenticator=authenticator),
+            host=settings.host,
+            port=settings.port,
+            loop="uvloop",
+            http=HttpProtocol,  # httptools, one write per response (app.api.protocol)
+            log_config=None,
+            # uvicorn's INFO line per request showed in the profile at full load. Logging requests, where
+            # wanted, is the app's job (middleware), with its own level and format.
+            access_log=False,
+            timeout_graceful_shutdown=10,
+            server_header=False,  # no "server: uvicorn" on every answer: nothing to gain from advertising it
+        )
+    finally:
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+def openapi(settings: Settings, output: Path | None) -> int:
+    from app.main import create_app
+
+    text = json.dumps(create_app(settings).openapi(), indent=2, sort_keys=False) + "\n"
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+    return 0

@@ -1,0 +1,48 @@
+"""The lock table as SQLAlchemy metadata: ShedLock's four columns, plus schedlock's nullable/defaulted ones.
+
+Used by the migration (to create the table when it is missing) and to quote the table's name in ``app.locking``.
+Java ShedLock names its four columns in every statement, so the extra columns must stay nullable or defaulted.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+#: ShedLock's exact DDL (see ../shared/SHEDLOCK.md): the columns a Java node reads and writes.
+SHEDLOCK_COLUMNS = ("name", "lock_until", "locked_at", "locked_by")
+
+#: Columns only schedlock knows. Java's INSERT leaves them to their defaults; a trigger keeps them honest.
+EXTRA_COLUMNS_DDL = {
+    # Strictly increases with every acquisition of the name (bumped by the trigger, also for Java).
+    "fencing_token": "BIGINT NOT NULL DEFAULT 0",
+    # SHA-256 of the current schedlock lease's secret token; NULL when a Java node holds (or held) the row.
+    "lease_token_hash": "BYTEA NULL",
+    # The at-least window of the current schedlock lease, measured from locked_at; used by release.
+    "lock_at_least_for": "INTERVAL NULL",
+}
+
+
+def lock_table(name: str, schema: str | None) -> sa.Table:
+    """The table as ShedLock creates it (four columns), for CREATE TABLE when it is missing."""
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("name", sa.String(64), primary_key=True),
+        sa.Column("lock_until", sa.DateTime(timezone=False), nullable=False),
+        sa.Column("locked_at", sa.DateTime(timezone=False), nullable=False),
+        sa.Column("locked_by", sa.String(255), nullable=False),
+        schema=schema,
+    )
+
+
+_preparer = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
+
+
+def quote_ident(identifier: str) -> str:
+    return str(_preparer.quote(identifier))
+
+
+def qualified_name(name: str, schema: str | None) -> str:
+    """``"schema"."table"`` quoted for SQL text."""
+    return f"{quote_ident(schema)}.{quote_ident(name)}" if schema else quote_ident(name)

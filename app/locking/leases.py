@@ -1,0 +1,32 @@
+"""Lease tokens and ``locked_by``: how a schedlock lease is told apart from every other holder of a row.
+
+Acquire generates a random secret and stores only its SHA-256 (``lease_token_hash``); release and extend match on
+that hash. A released lease keeps a marker hash derived from it, so a repeated release is recognised (idempotent)
+and an extend after release fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+
+def new_token() -> str:
+    """A lease's secret: 256 random bits, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def released_marker(token_hash: bytes) -> bytes:
+    return hashlib.sha256(b"released\0" + token_hash).digest()
+
+
+def new_locked_by(holder: str | None, principal: str | None = None) -> str:
+    """Unique per acquisition and never a bare hostname, so no Java node's ``locked_by = <hostname>`` guard can
+    ever match a schedlock lease (and no schedlock token can match a Java row)."""
+    lease_id = secrets.token_hex(6)
+    via = f" via {principal}" if principal else ""
+    return f"{holder or 'anonymous'} [schedlock{via} lease {lease_id}]"

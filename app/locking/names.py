@@ -1,0 +1,21 @@
+"""What a lock name (and the free text stored beside it) may be.
+
+ShedLock's ``name`` column is ``VARCHAR(64)``: a longer name must be refused, never truncated or silently skipped
+(older ShedLock versions skipped such jobs). Control characters and "/" are refused too: a name travels in a URL
+path and in log lines.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field, TypeAdapter
+
+NAME_MAX = 64
+NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f/]+$"
+#: The name rule as a validator, for code that reads a name itself (the lean path, auth's prefixes).
+LOCK_NAME = TypeAdapter(Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)])
+#: Characters no name, prefix or holder text may contain: C0 and C1 controls.
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+HOLDER_MAX = 128

@@ -1,0 +1,52 @@
+"""A lock row as the store reads it, and the SQL fragments every statement shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from app.locking.timefmt import as_utc_naive
+
+#: The database's now, in UTC: every time schedlock writes or compares comes from here (ShedLock's usingDbTime()).
+NOW = "timezone('utc', CURRENT_TIMESTAMP)"
+#: The columns every statement returns, in LockRow's order.
+ROW = "name, locked_by, locked_at, lock_until, fencing_token"
+
+
+@dataclass(frozen=True, slots=True)
+class LockRow:
+    name: str
+    locked_by: str
+    locked_at: datetime
+    lock_until: datetime
+    fencing_token: int
+    db_time: datetime
+
+    @property
+    def held(self) -> bool:
+        return as_utc_naive(self.lock_until) > as_utc_naive(self.db_time)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    row: LockRow
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    rows: list[LockRow]
+    has_more: bool
+    db_time: datetime
+
+
+def row_from(record: Any) -> LockRow:
+    return LockRow(
+        record["name"],
+        record["locked_by"],
+        record["locked_at"],
+        record["lock_until"],
+        record["fencing_token"],
+        record["db_time"],
+    )

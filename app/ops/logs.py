@@ -1,0 +1,161 @@
+"""Log output: one JSON object per line for machines, a compact line for people; never a secret.
+
+Structured fields travel on a record as ``extra={"fields": {...}}``; both formats print them. Every record
+emitted while a request is being served carries that request's id (``request_id``), set by
+``app.api.middleware.observe.RequestObserver``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import sys
+import time
+from contextvars import ContextVar
+from typing import IO, Any, Literal
+
+import orjson
+
+#: The id of the request being served, for every log line written while serving it.
+request_id: ContextVar[str | None] = ContextVar("schedlock_request_id", default=None)
+
+LogFormat = Literal["auto", "json", "human"]
+
+# Defence in depth: no code path logs a credential on purpose, but library messages and exception texts are
+# not ours. Mask the password of any URL and any bearer token before a line leaves the process.
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/?#@\s]*:)[^@\s/]+@", re.IGNORECASE)
+_BEARER = re.compile(r"(\bbearer\s+)[^\s\"',]+", re.IGNORECASE)
+_QUIET = ("pgserver", "alembic")
+
+
+def redact(text: str) -> str:
+    """``text`` with URL passwords and bearer tokens replaced by ``***``."""
+    if "@" in text:
+        text = _URL_PASSWORD.sub(r"\1***@", text)
+    if "earer" in text:
+        text = _BEARER.sub(r"\1***", text)
+    return text
+
+
+_second: list[Any] = [-1, ""]  # the last second formatted, and its text: most lines share it
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    seconds = int(record.created)
+    if seconds != _second[0]:
+        _second[:] = [seconds, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))]
+    return f"{_second[1]}.{int(record.msecs):03d}Z"
+
+
+def _message(formatter: logging.Formatter, record: logging.LogRecord) -> str:
+    message = redact(record.getMessage())
+    if record.exc_info:
+        message = f"{message}\n{redact(formatter.formatException(record.exc_info))}"
+    if record.stack_info:
+        message = f"{message}\n{redact(formatter.formatStack(record.stack_info))}"
+    return message
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"time", "level", "logger", "message", "request_id"?, <fields>...}`` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": _message(self, record),
+        }
+        fields: dict[str, Any] | None = getattr(record, "fields", None)
+        if fields:
+            line.update(fields)
+        if "request_id" not in line and (rid := request_id.get()) is not None:
+            line["request_id"] = rid
+        return orjson.dumps(line, default=str).decode()
+
+
+class HumanFormatter(logging.Formatter):
+    """``2026-11-29T03:00:00.123Z INFO  schedlock.access: message key=value ...`` for a terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [_timestamp(record), f"{record.levelname:<5}", f"{record.name}:", _message(self, record)]
+        fields: dict[str, Any] | None = getattr(record, "fields", None)
+        if fields:
+            parts.extend(f"{key}={_human_value(value)}" for key, value in fields.items() if value is not None)
+        elif (rid := request_id.get()) is not None:
+            parts.append(f"request_id={rid}")
+        return " ".join(parts)
+
+
+def _human_value(value: Any) -> str:
+    text = str(value)
+    if not text or any(c.isspace() or c in "\"='" for c in text) or not text.isprintable():
+        return orjson.dumps(text).decode()
+    return text
+
+
+class TurnBufferedHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler that, on the event loop's thread, writes the lines of one turn of the loop together.
+
+    At full load every request logs a line, and a write and flush per line showed in the profile.
+    Lines emitted while the loop runs are held until the end of the current turn (``call_soon``), then written
+    and flushed in one call: no line waits longer than the turn it was logged in, and the order is kept. Off
+    the loop (start-up, shutdown, other threads), each line is written at once, after any held ones."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        self._held: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._held.append(line)
+                self._write_held()
+                return
+            if not self._held:
+                loop.call_soon(self.flush)
+            self._held.append(line)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            self._write_held()
+
+    def _write_held(self) -> None:
+        if self._held:
+            text, self._held = "".join(self._held), []
+            self.stream.write(text)
+        super().flush()
+
+
+def configure_logging(level: str = "INFO", fmt: LogFormat = "auto", stream: IO[str] | None = None) -> None:
+    """Send every logger's records to ``stream`` (default stderr) in one format, at ``level``.
+
+    ``auto`` is human on a terminal and JSON otherwise (containers, files, pipes)."""
+    stream = stream or sys.stderr
+    # No format prints them, and each costs microseconds per record (see "Optimization" in the logging docs):
+    # the caller's file and line (a stack walk), thread, process and task names.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    if sys.version_info >= (3, 12):
+        logging.logAsyncioTasks = False
+    if fmt == "auto":
+        fmt = "human" if stream.isatty() else "json"
+    handler = TurnBufferedHandler(stream)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else HumanFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    # The access log is schedlock.access (app.api.middleware.observe); uvicorn's would be a second, less useful one.
+    logging.getLogger("uvicorn.access").disabled = True
