@@ -1,4 +1,5 @@
-"""Strict tooling is part of the suite: ruff (lint and format) and mypy --strict must be clean."""
+"""Strict tooling is part of the suite: ruff (lint and format), mypy --strict and the import contracts of app/
+(import-linter, ``[tool.importlinter]`` in pyproject.toml) must be clean."""
 
 from __future__ import annotations
 
@@ -13,9 +14,20 @@ ROOT = Path(__file__).parent.parent
 
 @pytest.mark.parametrize(
     "command",
-    [["ruff", "check", "."], ["ruff", "format", "--check", "."], ["mypy"]],
-    ids=lambda c: " ".join(c),
+    [
+        ["-m", "ruff", "check", "."],
+        ["-m", "ruff", "format", "--check", "."],
+        ["-m", "mypy"],
+        ["lint-imports", "--no-cache"],
+    ],
+    ids=lambda c: " ".join(c).removeprefix("-m "),
 )
 def test_tool_is_clean(command: list[str]) -> None:
-    result = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True)
+    # lint-imports has no ``python -m`` entry: run its script from this interpreter's environment.
+    argv = (
+        [sys.executable, *command]
+        if command[0] == "-m"
+        else [str(Path(sys.executable).with_name(command[0])), *command[1:]]
+    )
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
