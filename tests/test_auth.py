@@ -24,7 +24,8 @@ from app.auth.exposure import is_loopback
 from app.auth.tokens import TokenConfigError, hash_secret, parse_tokens
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import in_process, start_server, stop_server
+from tests.support.apps import in_process
+from tests.support.servers import start_server, stop_server
 
 SECRETS = {
     "billing": "billing-secret-" + "b" * 40,

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import acquire
+from tests.support.api import acquire
 
 BAD_DURATIONS = [
     "",

@@ -27,7 +27,8 @@ import httpx
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import LiveServer, drop_schema, free_port, spawn_server, stop_server, wait_for
+from tests.support.apps import drop_schema
+from tests.support.servers import LiveServer, free_port, spawn_server, stop_server, wait_for
 
 ROOT = Path(__file__).parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

@@ -6,7 +6,7 @@ from urllib.parse import urlparse
 
 from playwright.async_api import Request, Route, async_playwright
 
-from tests.conftest import LiveServer
+from tests.support.servers import LiveServer
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [

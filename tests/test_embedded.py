@@ -15,7 +15,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.conftest import LiveServer, free_port, spawn_server, stop_server, wait_for
+from tests.support.servers import LiveServer, free_port, spawn_server, stop_server, wait_for
 
 
 def _postmaster_pid(data_dir: Path) -> int | None:

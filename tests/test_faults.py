@@ -24,9 +24,10 @@ from pydantic import SecretStr
 
 from app.db import migrate
 from app.settings import Settings
-from tests.conftest import in_process, start_server, stop_server
-from tests.faultproxy import FaultProxy
-from tests.pgcluster import PgCluster
+from tests.support.apps import in_process
+from tests.support.faultproxy import FaultProxy
+from tests.support.pgcluster import PgCluster
+from tests.support.servers import start_server, stop_server
 
 TIMEOUTS = {"db_connect_timeout": 1.0, "db_statement_timeout": 1.0, "db_pool_timeout": 1.0}
 #: The promise: pool wait (which includes connecting) + statement timeout + 1 s client-side grace.

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import acquire, extend, release
-from tests.java import JavaNode
+from tests.support.api import acquire, extend, release
+from tests.support.java import JavaNode
 
 
 async def test_http_acquire_is_refused_while_java_holds(client: httpx.AsyncClient, java: JavaNode, name: str) -> None:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.conftest import LiveServer
+from tests.support.servers import LiveServer
 
 JSON = {"content-type": "application/json"}
 

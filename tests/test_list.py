@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from app.locking.listing import list_query, prefix_upper_bound
 from app.settings import Settings
-from tests.helpers import acquire, release
+from tests.support.api import acquire, release
 
 
 async def all_pages(client: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import acquire, extend, release, seconds, ts
+from tests.support.api import acquire, extend, release, seconds, ts
 
 
 async def test_acquire_returns_a_lease_with_db_times(client: httpx.AsyncClient, name: str) -> None:

@@ -20,8 +20,9 @@ from pydantic import SecretStr, ValidationError
 from app.api.middleware.observe import new_request_id
 from app.ops.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
 from app.settings import Settings
-from tests.conftest import in_process, start_server, stop_server
-from tests.helpers import acquire, release
+from tests.support.api import acquire, release
+from tests.support.apps import in_process
+from tests.support.servers import start_server, stop_server
 
 SECRET_PASSWORD = "pw-Zq8vX1-do-not-log"
 BEARER = "sl_live_9f2c4b7e1a-do-not-log"

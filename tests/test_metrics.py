@@ -15,8 +15,8 @@ from pydantic import SecretStr
 from app.db import migrate
 from app.ops.metrics import LOCK_OUTCOMES
 from app.settings import Settings
-from tests.conftest import in_process
-from tests.helpers import acquire, extend, release
+from tests.support.api import acquire, extend, release
+from tests.support.apps import in_process
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

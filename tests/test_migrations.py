@@ -14,8 +14,8 @@ import pytest
 
 from app.db import migrate
 from app.settings import Settings
-from tests.conftest import in_process, make_settings
-from tests.java import JavaNode
+from tests.support.apps import in_process, make_settings
+from tests.support.java import JavaNode
 
 JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NULL,
     locked_at {ts} NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))"""
@@ -128,7 +128,7 @@ async def test_the_cli_migrates(fresh: tuple[Any, Settings]) -> None:
 
 async def test_the_api_works_on_an_adopted_timestamptz_table(fresh: tuple[Any, Settings]) -> None:
 
-    from tests.helpers import acquire, release, seconds
+    from tests.support.api import acquire, release, seconds
 
     conn, settings = fresh
     await conn.execute(f'CREATE SCHEMA "{settings.table_schema}"')

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from app.db.pool import StatementPool
-from tests.conftest import free_port
+from tests.support.servers import free_port
 
 APP = "schedlock-pool-test"
 

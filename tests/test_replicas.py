@@ -25,9 +25,9 @@ from pydantic import SecretStr
 
 from app.db import migrate
 from app.settings import Settings
-from tests.conftest import LiveServer, start_server, stop_server
-from tests.helpers import ts
-from tests.pgcluster import PgCluster
+from tests.support.api import ts
+from tests.support.pgcluster import PgCluster
+from tests.support.servers import LiveServer, start_server, stop_server
 
 
 def libfaketime() -> str:

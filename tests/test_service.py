@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from app.errors import ERROR_CODES
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import in_process
+from tests.support.apps import in_process
 
 OPENAPI = Path(__file__).parent.parent / "openapi" / "openapi.json"
 

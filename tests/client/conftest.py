@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
 import schedlock._keepalive
 from schedlock import AsyncLockClient, LockClient
-from tests.conftest import LiveServer, free_port
-
-#: The installed console script: the CLI is tested through its real entry point.
-SCHEDLOCK = str(Path(sys.executable).with_name("schedlock"))
+from tests.support.cli import Spawn, cli_env
+from tests.support.servers import LiveServer, free_port
 
 
 @pytest.fixture
@@ -49,21 +43,6 @@ def fast_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(schedlock._keepalive, "MINIMUM_LOCK_AT_MOST_FOR", timedelta(seconds=1))
 
 
-def cli_env(url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
-    return {**env, "SCHEDLOCK_URL": url, **extra}
-
-
-def cli(url: str, *args: str, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the schedlock command to completion."""
-    return subprocess.run(
-        [SCHEDLOCK, *args], env=cli_env(url), input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
-Spawn = Callable[..., "subprocess.Popen[str]"]
-
-
 @pytest.fixture
 def spawn(url: str) -> Iterator[Spawn]:
     """Start a process (``spawn(argv, url=...)``) with SCHEDLOCK_URL set; whatever still runs at the end is
@@ -86,14 +65,3 @@ def spawn(url: str) -> Iterator[Spawn]:
             except subprocess.TimeoutExpired:
                 process.kill()
         process.communicate()
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 20, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def wait_for(path: Path, timeout: float = 20) -> None:
-    wait_until(path.exists, timeout, str(path))

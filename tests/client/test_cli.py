@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from schedlock import LockClient, LockHeld
-from tests.client.conftest import SCHEDLOCK, Spawn, cli, wait_for, wait_until
-from tests.client.test_keepalive import steal
+from tests.support.cli import SCHEDLOCK, Spawn, cli, wait_for_file, wait_until
+from tests.support.takeover import steal
 
 # The real CLI with keep-alive's 30s floor lowered to 1s (the same private hook as the fast_keep_alive fixture).
 FAST_KEEP_ALIVE_CLI = (
@@ -85,7 +85,7 @@ def test_sigterm_is_forwarded_and_the_lock_released(url: str, name: str, tmp_pat
     ready, got = tmp_path / "ready", tmp_path / "got-term"
     script = f"trap 'touch {got}; exit 9' TERM; touch {ready}; while :; do sleep 0.1; done"
     run = spawn([SCHEDLOCK, "run", "--name", name, "--at-most", "1m", "--", "sh", "-c", script])
-    wait_for(ready)
+    wait_for_file(ready)
     run.send_signal(signal.SIGTERM)
     run.communicate(timeout=10)
     assert run.returncode == 9 and got.exists()
@@ -191,7 +191,7 @@ def test_keep_alive_keeps_the_command_running_past_lock_at_most_for(
     ready, stop = tmp_path / "ready", tmp_path / "stop"
     script = f"touch {ready}; while [ ! -e {stop} ]; do sleep 0.05; done"
     run = spawn(fast("run", "--keep-alive", "--name", name, "--at-most", "2s", "--", "sh", "-c", script))
-    wait_for(ready)
+    wait_for_file(ready)
     with LockClient(url) as client:
         first = client.get(name)
         time.sleep(4)  # twice lock_at_most_for
@@ -213,7 +213,7 @@ async def test_a_stolen_lock_terminates_the_command(
     ready, got = tmp_path / "ready", tmp_path / "got-term"
     script = f"trap 'touch {got}; exit 0' TERM; touch {ready}; while :; do sleep 0.1; done"
     run = spawn(fast("run", "--keep-alive", "--name", name, "--at-most", "2s", "--", "sh", "-c", script))
-    await asyncio.to_thread(wait_for, ready)
+    await asyncio.to_thread(wait_for_file, ready)
     await steal(db, settings.table, name)
     _, stderr = await asyncio.to_thread(run.communicate, timeout=20)
     assert run.returncode == 75, stderr
@@ -227,7 +227,7 @@ async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(
     script = f"trap '' TERM; touch {ready}; while :; do sleep 0.1; done"
     args = ["run", "--keep-alive", "--kill-after", "1s", "--name", name, "--at-most", "2s", "--", "sh", "-c", script]
     run = spawn(fast(*args))
-    await asyncio.to_thread(wait_for, ready)
+    await asyncio.to_thread(wait_for_file, ready)
     await steal(db, settings.table, name)
     stolen = time.monotonic()
     await asyncio.to_thread(run.communicate, timeout=20)
@@ -242,7 +242,7 @@ async def test_a_real_30s_keep_alive_lock_stolen_terminates_the_command(
     ready = tmp_path / "ready"
     script = f"touch {ready}; sleep 60"
     run = spawn([SCHEDLOCK, "run", "--keep-alive", "--name", name, "--at-most", "30s", "--", "sh", "-c", script])
-    await asyncio.to_thread(wait_for, ready)
+    await asyncio.to_thread(wait_for_file, ready)
     await steal(db, settings.table, name)
     stolen = time.monotonic()
     _, stderr = await asyncio.to_thread(run.communicate, timeout=40)

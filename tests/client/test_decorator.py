@@ -20,7 +20,7 @@ from schedlock import (
     StorageUnavailable,
     assert_locked,
 )
-from tests.conftest import LiveServer, free_port, server_env, spawn_server, stop_server, wait_for
+from tests.support.servers import LiveServer, free_port, server_env, spawn_server, stop_server, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from schedlock import LockClient
-from tests.client.conftest import Spawn, wait_until
+from tests.support.cli import Spawn, wait_until
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "cron-job.sh"
 

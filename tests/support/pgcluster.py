@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import free_port
+from tests.support.servers import free_port
 
 
 def _bin_dir() -> Path:

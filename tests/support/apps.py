@@ -1,0 +1,66 @@
+"""Settings for a test table, apps on them with their lifespan entered, and schema clean-up."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import httpx
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from pydantic import SecretStr
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.middleware.lean import SERVED_KEY
+from app.api.routes.locks import LEAN_ENDPOINTS
+from app.main import create_app
+from app.settings import Settings
+
+
+def make_settings(database_url: str, table: str, **overrides: Any) -> Settings:
+    return Settings(database_url=SecretStr(database_url), table=table, **overrides)
+
+
+def drop_schema(database_url: str, schema: str) -> None:
+    """Drop a schema a test made (from synchronous code: not inside a running event loop)."""
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+@asynccontextmanager
+async def in_process(settings: Settings, **create: Any) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An app on ``settings`` with its lifespan entered, and an in-process client for it.
+
+    With the lean path on (the default), every request to a lock operation must have been served by it: the app
+    is wrapped in a witness that fails the test otherwise, so no test passes on FastAPI's generic path alone."""
+    app = create_app(settings, **create)
+    served: ASGIApp = lean_witness(app) if create.get("lean", True) else app
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://schedlock.test") as client,
+    ):
+        yield app, client
+
+
+def lean_witness(app: ASGIApp) -> ASGIApp:
+    """``app``, raising AssertionError after any request to a lean route that the lean path did not serve."""
+
+    async def witnessed(scope: Scope, receive: Receive, send: Send) -> None:
+        await app(scope, receive, send)
+        route = scope.get("route")
+        lean_route = isinstance(route, APIRoute) and route.endpoint in LEAN_ENDPOINTS
+        # A wrong method (405) is the router's to answer: the lean path only serves full matches.
+        if lean_route and scope["method"] in route.methods and not scope.get(SERVED_KEY):
+            raise AssertionError(f"{scope['method']} {scope['path']} was served by FastAPI's generic path")
+
+    return witnessed
