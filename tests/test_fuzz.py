@@ -11,12 +11,15 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from schemathesis.core.result import Ok
 from schemathesis.python import asgi
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -69,14 +72,34 @@ def live_app(settings: Settings) -> Iterator[None]:
 
 @schema.parametrize()
 @hypothesis_settings(deadline=None, suppress_health_check=list(HealthCheck))
-def test_api_conforms_to_its_document(case: schemathesis.Case) -> None:
+def test_api_conforms_to_its_document(case: schemathesis.Case[Any]) -> None:
     # Every check but "schema-valid data is accepted": some rules are beyond JSON Schema (a duration must parse,
     # be > 0 and within the server's maximum, lock_at_least_for <= lock_at_most_for, limit <= the server's cap),
     # and break them is a documented 422. Negative data must still be rejected, with a declared response.
     case.call_and_validate(excluded_checks=[positive_data_acceptance])
 
 
-def test_the_fuzzing_reached_every_outcome() -> None:
-    """Runs after the fuzz tests (file order): they must have got past validation to the database and back."""
-    assert not [s for s in live.statuses if s >= 500], live.statuses
-    assert {200, 401, 404, 405, 409, 422} <= set(live.statuses), live.statuses
+def test_the_fuzzing_reaches_every_outcome() -> None:
+    """Its own run over every operation, positive and negative (so it passes alone and in any order): the fuzzing
+    gets past authentication and validation to the database and back, and nothing answers 5xx. Some draws send
+    an unknown token (401)."""
+    operations = []
+    for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result.err()  # the committed document is valid (the drift test builds it)
+        operations.append(result.ok())
+    modes = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE]
+    before = live.statuses.copy()
+
+    @given(data=st.data())
+    @hypothesis_settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=list(HealthCheck))
+    def fuzz(data: st.DataObject) -> None:
+        operation = data.draw(st.sampled_from(operations))
+        case = data.draw(operation.as_strategy(generation_mode=data.draw(st.sampled_from(modes))))
+        token = data.draw(st.sampled_from([SECRET, SECRET, SECRET, "not-a-token"]))
+        headers = {"Authorization": f"Bearer {token}"}
+        case.call(headers=headers)
+
+    fuzz()
+    reached = live.statuses - before
+    assert not [s for s in reached if s >= 500], reached
+    assert {200, 401, 404, 422} <= set(reached), reached

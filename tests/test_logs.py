@@ -259,11 +259,11 @@ def test_configured_level_and_format() -> None:
 
 
 def test_log_settings_are_validated() -> None:
-    assert Settings(log_level="debug", log_format="human").log_level == "DEBUG"
+    assert Settings.model_validate({"log_level": "debug", "log_format": "human"}).log_level == "DEBUG"
     with pytest.raises(ValidationError):
-        Settings(log_level="verbose")
+        Settings.model_validate({"log_level": "verbose"})
     with pytest.raises(ValidationError):
-        Settings(log_format="xml")
+        Settings.model_validate({"log_format": "xml"})
 
 
 def _with_password(url: str) -> tuple[str, str]:

@@ -78,10 +78,11 @@ def test_an_unknown_code_gets_a_base_class_by_status(status: int, expected: type
 
 def test_5xx_is_service_unavailable_but_4xx_and_held_are_not() -> None:
     assert issubclass(ServerError, ServiceUnavailable) and issubclass(StorageUnavailable, ServiceUnavailable)
-    for cls in (LockHeld, NotHolder, LockNotFound, InvalidRequest, Unauthorized, Forbidden, NotFound, PayloadTooLarge):
+    rejected = (LockHeld, NotHolder, LockNotFound, InvalidRequest, Unauthorized, Forbidden, NotFound, PayloadTooLarge)
+    for cls in rejected:
         assert not issubclass(cls, ServiceUnavailable), cls
-    for cls in (ServiceUnreachable, UnexpectedResponse, ServerError):
-        assert not issubclass(cls, LockHeld), cls
+    for unavailable in (ServiceUnreachable, UnexpectedResponse, ServerError):
+        assert not issubclass(unavailable, LockHeld), unavailable
 
 
 def test_a_409_is_lock_held_only_with_the_lock_held_code() -> None:
