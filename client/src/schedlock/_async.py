@@ -1,6 +1,7 @@
 """The asyncio client, its lease, and keep-alive as a task that cancels the body when the lock is lost.
 
-Concurrency goes through ``_tasks.py`` only; ``_sync.py`` is the same code over ``_threads.py``, its twin.
+The source of the blocking client too: ``scripts/unasync_client.py`` generates ``_sync.py`` from it. Concurrency goes
+through ``_tasks.py`` only (its twin is ``_threads.py``): what cannot be generated belongs there.
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+# GENERATED from _async.py by scripts/unasync_client.py: do not edit. Change _async.py (its concurrency: _tasks.py,
+# twin of _threads.py; the blocking docstrings: in the script), then run: python scripts/unasync_client.py
 """The blocking client, its lease, and keep-alive on a thread."""
 
 from __future__ import annotations

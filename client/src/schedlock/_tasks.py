@@ -1,7 +1,7 @@
 """What asyncio does for :class:`AsyncLease`: keep-alive as a task, and a lost lock cancelling the body.
 
 ``_async.py`` uses only the names defined here for its concurrency; ``_threads.py`` defines the same ones with
-threads, for ``_sync.py``.
+threads, and ``scripts/unasync_client.py`` maps one module onto the other when it generates ``_sync.py``.
 """
 
 from __future__ import annotations
