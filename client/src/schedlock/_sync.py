@@ -284,12 +284,8 @@ class Lease(LeaseBase):
             logger.error("could not release lock %r; it frees itself at its lock_until: %s", self.name, error)
         self._keeper.raise_lost(exc_type, self.lost_error)
 
-    def _lose(self, message: str, cause: BaseException | None) -> LockLost:
-        first = self.lost_error is None
-        error = super()._lose(message, cause)
-        if first:
-            self._keeper.lost(error)
-        return error
+    def _lost(self, error: LockLost) -> None:
+        self._keeper.lost(error)
 
     def _start_keep_alive(self) -> None:
         self._keeper.start(self._keep_alive, self.name)
