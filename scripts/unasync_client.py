@@ -3,10 +3,11 @@
     python scripts/unasync_client.py          # write client/src/schedlock/_sync.py
     python scripts/unasync_client.py --check  # exit 1 with a diff when _sync.py is not what _async.py generates
 
-Three steps. unasync's token rules drop ``async``/``await`` and rename (``AsyncLockClient`` -> ``LockClient``,
-``__aenter__`` -> ``__enter__``, ``_tasks`` -> ``_threads``, ...). The docstrings that say something else for the
-blocking client replace the asyncio ones (SYNC_DOCSTRINGS below). Then ruff sorts the imports and formats, so the
-generated file is held to the same checks as a hand-written one. tests/client/test_unasync.py runs ``--check``.
+Four steps. unasync's token rules drop ``async``/``await`` and rename (``AsyncLockClient`` -> ``LockClient``,
+``__aenter__`` -> ``__enter__``, ``_tasks`` -> ``_threads``, ...). The two decorator types no token rule can rewrite
+are replaced (SYNC_TYPES), and so are the docstrings that say something else for the blocking client
+(SYNC_DOCSTRINGS). Then ruff tidies the imports and formats, so the generated file passes the same checks as a
+hand-written one. tests/client/test_unasync.py runs ``--check``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import io
 import subprocess
 import sys
 import tempfile
+import tokenize
 from pathlib import Path
 
-import tokenize_rt
 import unasync
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +113,9 @@ def stale(target: Path = TARGET) -> str | None:
 
 def _check_renames(source: str) -> None:
     """Fail on a rename that no longer applies: the rule would be dead, or the name was renamed in the source."""
-    names = {token.src for token in tokenize_rt.src_to_tokens(source) if token.name == "NAME"}
+    names = {
+        token.string for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.NAME
+    }
     unused = sorted(set(RENAMES) - names)
     if unused:
         raise SystemExit(f"unasync: these renames match nothing in {SOURCE.name}: {unused}")
