@@ -1,10 +1,13 @@
-"""The asyncio client, its lease, and keep-alive as a task that cancels the body when the lock is lost."""
+"""The asyncio client, its lease, and keep-alive as a task that cancels the body when the lock is lost.
+
+The source of the blocking client too: ``scripts/unasync_client.py`` generates ``_sync.py`` from it. Concurrency goes
+through ``_tasks.py`` only (its twin is ``_threads.py``): what cannot be generated belongs there.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import timedelta
@@ -32,6 +35,7 @@ from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
 from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
 from schedlock._policy import OnUnavailable, default_holder, log_skip, run_without_lock
+from schedlock._tasks import AsyncKeeper, check_job
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -61,7 +65,7 @@ class AsyncLockClient:
         return self._config.base_url
 
     def __repr__(self) -> str:
-        return f"<AsyncLockClient {self.base_url}>"
+        return f"<{type(self).__name__} {self.base_url}>"
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -176,8 +180,7 @@ class AsyncLockClient:
         policy = OnUnavailable(on_unavailable) if on_unavailable is not None else self._config.on_unavailable
 
         def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R | None]]:
-            if not inspect.iscoroutinefunction(func):
-                raise TypeError(f"{func.__qualname__} is not async: decorate it with LockClient.scheduler_lock")
+            check_job(func)
             job = func.__qualname__
 
             @functools.wraps(func)
@@ -222,14 +225,11 @@ class AsyncLease(LeaseBase):
     ) -> None:
         super().__init__(acquired, lock_at_most_for, lock_at_least_for, started, on_lost)
         self._client = client
-        self._keeper: asyncio.Task[None] | None = None
-        self._body: asyncio.Task[Any] | None = None
-        self._body_cancelling = 0
-        self._cancelled_body = False
+        self._keeper = AsyncKeeper()
 
     async def release(self) -> Released:
         """Release now (stopping keep-alive). Idempotent; :class:`NotHolder` if the lease was lost meanwhile."""
-        await self._stop_keep_alive()
+        await self._keeper.stop()
         if self._released is not None:
             return self._released
         try:
@@ -262,57 +262,30 @@ class AsyncLease(LeaseBase):
 
     async def __aenter__(self) -> AsyncLease:
         self._enter_context()
-        self._body = asyncio.current_task()
-        self._body_cancelling = self._body.cancelling() if self._body is not None else 0
+        self._keeper.enter_body()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._exit_context()
-        body, self._body = self._body, None
+        self._keeper.exit_body()
         try:
             await self.release()
         except NotHolder:
             pass  # already reported as lost
         except SchedlockError as error:
             logger.error("could not release lock %r; it frees itself at its lock_until: %s", self.name, error)
-        # As asyncio.timeout does: only a cancellation we caused becomes LockLost; any other one propagates.
-        if (
-            self._cancelled_body
-            and body is not None
-            and body.uncancel() <= self._body_cancelling
-            and exc_type is asyncio.CancelledError
-        ):
-            assert self.lost_error is not None
-            raise self.lost_error
+        self._keeper.raise_lost(exc_type, self.lost_error)
 
-    def _lose(self, message: str, cause: BaseException | None) -> LockLost:
-        first = self.lost_error is None
-        error = super()._lose(message, cause)
-        # A refusal seen by the body itself (its own extend() call) reaches it as an exception already.
-        body = self._body
-        if first and body is not None and not body.done() and body is not asyncio.current_task():
-            self._cancelled_body = True
-            body.cancel(msg=str(error))
-        return error
+    def _lost(self, error: LockLost) -> None:
+        self._keeper.lost(error)
 
     def _start_keep_alive(self) -> None:
-        self._keeper = asyncio.create_task(self._keep_alive(), name=f"schedlock-keepalive-{self.name}")
-
-    async def _stop_keep_alive(self) -> None:
-        keeper, self._keeper = self._keeper, None
-        if keeper is None or keeper is asyncio.current_task():
-            return
-        keeper.cancel()
-        # asyncio.wait, not "await keeper": a cancellation of *this* task must still propagate.
-        await asyncio.wait({keeper})
-        if not keeper.cancelled() and keeper.exception() is not None:
-            logger.error("keep-alive of lock %r failed", self.name, exc_info=keeper.exception())
+        self._keeper.start(self._keep_alive, self.name)
 
     async def _keep_alive(self) -> None:
-        while self.state is LeaseState.HELD:
-            await asyncio.sleep(self._plan.delay(time.monotonic()))
+        while self.state is LeaseState.HELD and await self._keeper.pause(self._plan.delay(time.monotonic())):
             try:
                 await self.extend()
             except ServiceUnavailable as exc:

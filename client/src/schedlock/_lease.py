@@ -128,7 +128,11 @@ class LeaseBase:
                 self._on_lost(error)
             except Exception:
                 logger.exception("the on_lost callback of lock %r failed", self.name)
+        self._lost(error)
         return error
+
+    def _lost(self, error: LockLost) -> None:
+        """Called once, when the lease is lost, after ``on_lost``: for what the lease's kind of body needs."""
 
     def _enter_context(self) -> None:
         self._context_tokens.append(_current.set((*_current.get(), self)))

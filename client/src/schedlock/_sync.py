@@ -1,10 +1,10 @@
+# GENERATED from _async.py by scripts/unasync_client.py: do not edit. Change _async.py (its concurrency: _tasks.py,
+# twin of _threads.py; the blocking docstrings: in the script), then run: python scripts/unasync_client.py
 """The blocking client, its lease, and keep-alive on a thread."""
 
 from __future__ import annotations
 
 import functools
-import inspect
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -27,11 +27,12 @@ from schedlock._base import (
     windows,
 )
 from schedlock._durations import DurationLike
-from schedlock._exceptions import LockHeld, NotHolder, NotLocked, SchedlockError, ServiceUnavailable
+from schedlock._exceptions import LockHeld, LockLost, NotHolder, NotLocked, SchedlockError, ServiceUnavailable
 from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
 from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
 from schedlock._policy import OnUnavailable, default_holder, log_skip, run_without_lock
+from schedlock._threads import SyncKeeper, check_job
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -67,7 +68,7 @@ class LockClient:
         return self._config.base_url
 
     def __repr__(self) -> str:
-        return f"<LockClient {self.base_url}>"
+        return f"<{type(self).__name__} {self.base_url}>"
 
     def close(self) -> None:
         if self._owns_http:
@@ -185,8 +186,7 @@ class LockClient:
         policy = OnUnavailable(on_unavailable) if on_unavailable is not None else self._config.on_unavailable
 
         def decorate(func: Callable[P, R]) -> Callable[P, R | None]:
-            if inspect.iscoroutinefunction(func):
-                raise TypeError(f"{func.__qualname__} is async: decorate it with AsyncLockClient.scheduler_lock")
+            check_job(func)
             job = func.__qualname__
 
             @functools.wraps(func)
@@ -231,12 +231,11 @@ class Lease(LeaseBase):
     ) -> None:
         super().__init__(acquired, lock_at_most_for, lock_at_least_for, started, on_lost)
         self._client = client
-        self._stop = threading.Event()
-        self._keeper: threading.Thread | None = None
+        self._keeper = SyncKeeper()
 
     def release(self) -> Released:
         """Release now (stopping keep-alive). Idempotent; :class:`NotHolder` if the lease was lost meanwhile."""
-        self._stop_keep_alive()
+        self._keeper.stop()
         if self._released is not None:
             return self._released
         try:
@@ -269,30 +268,30 @@ class Lease(LeaseBase):
 
     def __enter__(self) -> Lease:
         self._enter_context()
+        self._keeper.enter_body()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._exit_context()
+        self._keeper.exit_body()
         try:
             self.release()
         except NotHolder:
             pass  # already reported as lost
         except SchedlockError as error:
             logger.error("could not release lock %r; it frees itself at its lock_until: %s", self.name, error)
+        self._keeper.raise_lost(exc_type, self.lost_error)
+
+    def _lost(self, error: LockLost) -> None:
+        self._keeper.lost(error)
 
     def _start_keep_alive(self) -> None:
-        self._keeper = threading.Thread(target=self._keep_alive, name=f"schedlock-keepalive-{self.name}", daemon=True)
-        self._keeper.start()
-
-    def _stop_keep_alive(self) -> None:
-        self._stop.set()
-        if self._keeper is not None and self._keeper is not threading.current_thread():
-            self._keeper.join()
+        self._keeper.start(self._keep_alive, self.name)
 
     def _keep_alive(self) -> None:
-        while not self._stop.wait(self._plan.delay(time.monotonic())):
+        while self.state is LeaseState.HELD and self._keeper.pause(self._plan.delay(time.monotonic())):
             try:
                 self.extend()
             except ServiceUnavailable as exc:
@@ -304,6 +303,4 @@ class Lease(LeaseBase):
                 return  # refused: extend() has marked the lease lost
             except Exception as exc:  # a bug must not leave the lease silently unextended
                 self._lose(f"keep-alive failed: {exc!r}", exc)
-                return
-            if self.state is not LeaseState.HELD:
                 return
