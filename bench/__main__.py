@@ -1,4 +1,4 @@
-"""``python -m bench``: measure schedlock against the database itself. See the README's Performance section."""
+"""``python -m bench``: measure schedlock against the database itself. See docs/performance.md."""
 
 from __future__ import annotations
 

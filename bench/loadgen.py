@@ -1,7 +1,7 @@
 """The HTTP load generator: wrk (Debian package ``wrk``) with ``wrk_script.lua``, one connection per thread.
 
 wrk rather than an async httpx client because it costs the shared two cores far less per request (see
-``python -m bench.loadgen_cost`` and the README's Performance section), so more of the machine is left to the
+``python -m bench.loadgen_cost`` and docs/performance.md), so more of the machine is left to the
 server and Postgres being measured.
 """
 

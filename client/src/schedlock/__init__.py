@@ -9,7 +9,7 @@ A job takes a named lock before it runs; if another node holds it, the run is sk
 ...     assert_locked()
 ...     ...
 
-See the README's "Python client" section for leases, keep-alive, the service-down policy and the exceptions.
+See client/README.md for leases, keep-alive, the service-down policy and the exceptions.
 """
 
 from schedlock._async import AsyncLease, AsyncLockClient
