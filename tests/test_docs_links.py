@@ -1,0 +1,59 @@
+"""The docs hold together: every relative link reaches a file (and a heading, when it names one), and every path
+docs/layout.md names exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+PAGES = sorted(
+    [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md"), ROOT / "client" / "README.md", *ROOT.glob("helm/*/README.md")]
+)
+#: Pages another branch is writing: a link to one may dangle until it lands (remove the entry when it has).
+PENDING = {"docs/clients.md": "Java, Go and Node callers (issue 11)"}
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def prose(text: str) -> str:
+    """The page without its fenced blocks: code is not a link."""
+    return re.sub(r"^```.*?^```$", "", text, flags=re.M | re.S)
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's ids for the page's headings."""
+    headings = re.findall(r"^#{1,6} (.+)$", prose(page.read_text()), re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_relative_links_resolve(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:: not checked offline
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        name = file.relative_to(ROOT).as_posix() if file.is_relative_to(ROOT) else str(file)
+        if not file.exists():
+            if name not in PENDING:
+                broken.append(f"{target}: no such file")
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            broken.append(f"{target}: no heading #{anchor} in {name}")
+    assert not broken, broken
+
+
+def test_the_paths_in_layout_exist() -> None:
+    """Each backticked path in docs/layout.md exists: at the root, or under the section's own folder."""
+    missing = []
+    base = ROOT
+    for line in (ROOT / "docs" / "layout.md").read_text().splitlines():
+        heading = re.match(r"^## .*`([^`]+/)`", line)
+        if heading:
+            base = ROOT / heading.group(1)
+        for path in re.findall(r"`([\w./-]+(?:/|\.(?:py|md|json|sh|toml|lua)))`", line):
+            if not ((ROOT / path).exists() or (base / path).exists() or any(base.rglob(path.rstrip("/")))):
+                missing.append(path)
+    assert not missing, f"docs/layout.md names paths that do not exist: {missing}"
