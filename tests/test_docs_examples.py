@@ -6,6 +6,7 @@
   a block that starts a server of its own, a free port it gets as SCHEDLOCK_PORT). EXCLUDED lists the few blocks
   that cannot run by their nature, with the reason.
 - A ``# → ...`` comment is output the code before it must print, in order; ``…`` stands for any text on the line.
+- ```java, ```go and ```js blocks must be verbatim excerpts of files in examples/, which the suite builds and runs.
 - ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
   logs; ```promql may name only metrics the server exports; ```text is prose in a box.
 
@@ -55,7 +56,10 @@ EXCLUDED = {
 #: Blocks a test of their own runs, with more to check.
 DEDICATED = {("README.md", "curl -s"): "test_the_readme_curl_session_runs_as_pasted"}
 OUTPUT = re.compile(r"#\s→\s?(.*)$")
-KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text"}
+#: Languages whose snippets quote a file of examples/ that the suite builds and runs: each block must be a verbatim
+#: excerpt of one, so the quoted code is the tested code.
+QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
+KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", *QUOTED}
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,12 @@ def test_python_example_runs(
     with contextlib.redirect_stdout(out):
         exec(compile(block.code, block.id, "exec"), {"__name__": "__docs__"})
     assert_printed(block, out.getvalue())
+
+
+def test_quoted_snippets_are_excerpts_of_the_examples() -> None:
+    for block in [b for b in blocks() if b.language in QUOTED]:
+        files = [p for p in (ROOT / "examples").rglob("*") if p.suffix in QUOTED[block.language]]
+        assert any(block.code in p.read_text() for p in files), f"{block.id} is not an excerpt of examples/"
 
 
 @pytest.mark.parametrize(
