@@ -36,8 +36,9 @@ import pytest
 from app.auth.tokens import parse_tokens
 from app.db import migrate
 from app.settings import Settings
-from tests.conftest import LiveServer, drop_schema, free_port, make_settings, start_server, stop_server
-from tests.helpers import seconds
+from tests.support.api import seconds
+from tests.support.apps import drop_schema, make_settings
+from tests.support.servers import LiveServer, free_port, start_server, stop_server
 
 ROOT = Path(__file__).parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "client" / "README.md"]
