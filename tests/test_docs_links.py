@@ -1,5 +1,5 @@
 """The docs hold together: every relative link reaches a file (and a heading, when it names one), and every path
-docs/layout.md names exists."""
+they name in backticks exists."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ PAGES = sorted(
 #: Pages another branch is writing: a link to one may dangle until it lands (remove the entry when it has).
 PENDING = {"docs/clients.md": "Java, Go and Node callers (issue 11)"}
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+REPO_PATH = re.compile(r"`((?:app|bench|client|docs|examples|helm|openapi|scripts|tests)/[\w./-]*)`")
 
 
 def prose(text: str) -> str:
@@ -43,6 +44,12 @@ def test_relative_links_resolve(page: Path) -> None:
         elif anchor and file.suffix == ".md" and anchor not in anchors(file):
             broken.append(f"{target}: no heading #{anchor} in {name}")
     assert not broken, broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_repository_paths_a_page_names_exist(page: Path) -> None:
+    missing = [path for path in REPO_PATH.findall(prose(page.read_text())) if not (ROOT / path).exists()]
+    assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
 
 
 def test_the_paths_in_layout_exist() -> None:
