@@ -5,7 +5,8 @@
 - ```sh blocks run with bash, as pasted; the only change is that ``localhost:8000`` becomes the live server (or, for
   a block that starts a server of its own, a free port it gets as SCHEDLOCK_PORT). EXCLUDED lists the few blocks
   that cannot run by their nature, with the reason.
-- A ``# → ...`` comment is output the code before it must print, in order; ``…`` stands for any text on the line.
+- A ``# → ...`` comment is output the code before it must print; ``…`` stands for any text on the line. A block
+  that shows output shows all of it, in order.
 - ```java, ```go and ```js blocks must be verbatim excerpts of files in examples/, which the suite builds and runs.
 - ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
   logs; ```promql may name only metrics the server exports; ```text is prose in a box.
@@ -111,11 +112,15 @@ def expected_outputs(code: str) -> list[str]:
 
 
 def assert_printed(block: Block, out: str) -> None:
-    position = 0
-    for pattern in expected_outputs(block.code):
-        match = re.compile(pattern).search(out, position)
-        assert match, f"{block.id}: output comment {pattern!r} is not true; printed:\n{out[position:]}"
-        position = match.end()
+    """A block that shows output shows all of it: the comments, in order, account for everything it printed."""
+    expected = expected_outputs(block.code)
+    if expected and not re.fullmatch("".join(f"{pattern}\n?" for pattern in expected), out):
+        position = 0  # say which comment fails first
+        for pattern in expected:
+            match = re.compile(pattern).search(out, position)
+            assert match, f"{block.id}: output comment {pattern!r} is not true; printed:\n{out[position:]}"
+            position = match.end()
+        pytest.fail(f"{block.id}: printed more than its output comments show:\n{out}")
 
 
 @pytest.fixture(scope="module")
