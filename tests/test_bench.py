@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
 from bench import compare
 from bench.about import redact_url
 from bench.loadgen import parse_samples
 from bench.stats import latency_summary, percentile
+
+pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
 
 ROOT = Path(__file__).parent.parent
 

@@ -18,6 +18,8 @@ import jsonschema
 import pytest
 import yaml
 
+pytestmark = pytest.mark.system  # the chart rendered and validated with helm-python-sdk and kubernetes-validate
+
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "helm" / "schedlock"
 SCENARIOS = {p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))}
