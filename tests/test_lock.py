@@ -15,7 +15,7 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)\s*(?:;|#|$)")
 
 
 def _locked() -> dict[str, str]:
-    pins = {}
+    pins: dict[str, str] = {}
     for line in (ROOT / "requirements.lock").read_text().splitlines():
         match = _PIN.match(line)
         if match:
