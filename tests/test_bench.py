@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,13 +55,22 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
 
     for variant in ("uncontended", "contended"):
         figures = data["throughput"][variant]
-        for side in ("http", "direct"):
+        for side in ("http", "direct", "etcd"):
             assert len(figures[side]["runs"]) == data["config"]["repeat"] == 1
             _run_figures(figures[side]["runs"][0], contended=variant == "contended")
             assert figures[side]["cycles_per_s"]["median"] > 0
-        assert figures["ratio"]["of_medians"] > 0
-    # Two clients fighting over two names: some acquires must have found the lock held.
-    assert data["throughput"]["contended"]["http"]["runs"][0]["counts"]["acq_held"] > 0
+            # Each side's server-side CPU per cycle: server + Postgres, Postgres, etcd.
+            assert figures[side]["cpu_us_per_cycle"]["median"] > 0
+        assert 0 < figures["http"]["db_cpu_us_per_cycle"]["median"] < figures["http"]["cpu_us_per_cycle"]["median"]
+        assert figures["direct"]["db_cpu_us_per_cycle"] == figures["direct"]["cpu_us_per_cycle"]
+        assert figures["etcd"]["db_cpu_us_per_cycle"] is None
+        assert figures["ratio"]["of_medians"] > 0 and figures["ratio_etcd"]["of_medians"] > 0
+    # Two clients fighting over two names: some acquires must have found the lock held, on both services.
+    for side in ("http", "etcd"):
+        assert data["throughput"]["contended"][side]["runs"][0]["counts"]["acq_held"] > 0
+    etcd = data["peers"]["etcd"]
+    assert etcd["version"].startswith("etcd 3.") and etcd["lease"] == "exact" and etcd["rss_mb_max"] > 1
+    assert not Path(etcd["data_dir"]).exists()  # stopped and removed
 
     for side in ("http", "direct"):
         _run_figures(data["latency"][side], contended=False)
@@ -72,6 +82,9 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
     assert 10 < data["server_rss_mb_idle"] <= data["server_rss_mb_max"]
     assert set(data["targets"]) == {
         "throughput_ratio",
+        "etcd_ratio_uncontended",
+        "etcd_ratio_contended",
+        "cpu_per_cycle_vs_etcd",
         "latency_acquire_p99_ms",
         "list_first_page_p99_ms",
         "server_rss_mb",
@@ -85,10 +98,21 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
     assert set(entry) == {"name", "sha256", "prefixes", "access"}  # the hash only: the secret is written nowhere
     assert "bearer" not in output.with_suffix(".server.log").read_text().lower()
 
-    for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS"):
+    for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS", "peer: etcd 3."):
         assert heading in result.stdout
+    for variant in ("uncontended", "contended"):
+        table = result.stdout.split(f"{variant} (")[1]
+        assert re.search(r"etcd \(JSON gateway\) +[\d,]+ ", table)
+        assert re.search(r"ratio schedlock / etcd +\d+\.\d\d \(per-run", table)
+        assert re.search(
+            r"CPU per cycle, us +schedlock \(server \+ Postgres\) [\d,]+, Postgres [\d,]+; "
+            r"direct \(Postgres\) [\d,]+; etcd [\d,]+",
+            table,
+        )
+    for target in ("schedlock ÷ etcd", "server + Postgres CPU per cycle ÷ etcd's"):
+        assert re.search(re.escape(target) + r".*(met|MISSED)", result.stdout)
     side_by_side = compare.render([output, output])
-    assert "uncontended: ratio HTTP/direct" in side_by_side
+    assert "uncontended: ratio HTTP/direct" in side_by_side and "contended: ratio schedlock/etcd" in side_by_side
     assert all(row.split()[-1] != "-" for row in side_by_side.splitlines()[1:]), side_by_side
 
     # The schema the run created is gone.
