@@ -15,9 +15,11 @@ import asyncpg
 import pytest
 
 from bench import compare
+from bench.__main__ import _parser
 from bench.about import redact_url
 from bench.loadgen import parse_samples
 from bench.stats import latency_summary, percentile
+from bench.targets import evaluate
 
 pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
 
@@ -167,3 +169,14 @@ def test_wrk_samples_are_parsed_per_operation() -> None:
 def test_database_password_is_redacted() -> None:
     assert redact_url("postgresql://app:s3cret@db:5432/locks") == "postgresql://app:***@db:5432/locks"
     assert redact_url("postgresql://postgres@127.0.0.1:5432/test") == "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def test_without_a_peer_the_etcd_targets_are_not_applicable() -> None:
+    args = _parser().parse_args(["--peers", "none", "--etcd-lease", "reuse"])
+    assert (args.peers, args.etcd_lease) == ("none", "reuse")
+    latency = {"http": {"acquire": {"p99_ms": 3.0}}}
+    results = {"throughput": {}, "latency": latency, "list": {"first_page": {"get": {"p99_ms": 4.0}}}}
+    targets = evaluate({**results, "server_rss_mb_max": 90.0, "table_rows": 100_000}, 32, 500.0, "exact")
+    for key in ("etcd_ratio_uncontended", "etcd_ratio_contended", "cpu_per_cycle_vs_etcd"):
+        assert targets[key]["value"] is None and targets[key]["met"] is None
+    assert targets["server_rss_mb"]["met"] is True and targets["latency_acquire_p99_ms"]["met"] is True
