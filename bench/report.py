@@ -30,10 +30,20 @@ def _cpu_per_cycle(v: dict[str, Any]) -> list[str]:
     parts = []
     for side, label in (("http", "schedlock (server + Postgres)"), ("direct", "direct (Postgres)"), ("etcd", "etcd")):
         total, db = (v.get(side) or {}).get("cpu_us_per_cycle"), (v.get(side) or {}).get("db_cpu_us_per_cycle")
-        if total:
+        if total and side == "http" and not db:  # Postgres's backends were not visible from here
+            parts.append(f"schedlock (server only) {total['median']:,.0f}")
+        elif total:
             extra = f", Postgres {db['median']:,.0f}" if db and side == "http" else ""
             parts.append(f"{label} {total['median']:,.0f}{extra}")
     return [f"  {'CPU per cycle, us':<26}" + "; ".join(parts)] if parts else []
+
+
+def _peer_line(etcd: dict[str, Any]) -> str:
+    if etcd["lease"] == "exact":
+        how = "a lease per acquisition: acquire = grant + txn, release = txn + revoke (+ revoke when held)"
+    else:
+        how = "a client's lease reused for 1 s: acquire = txn (+ grant each second), release = txn"
+    return f"peer: {etcd['version']}, {how}; {etcd['settings']}"
 
 
 def render(results: dict[str, Any]) -> str:
@@ -47,10 +57,7 @@ def render(results: dict[str, Any]) -> str:
         f"load average {results['machine']['loadavg_start'][0]:.1f} at start, "
         f"{results['machine']['loadavg_end'][0]:.1f} at end",
         f"server auth: {results.get('server', {}).get('auth', 'unknown')}",
-        f"peer: {etcd['version']}, lease per {'acquisition' if etcd['lease'] == 'exact' else 'client, reused 1 s'}, "
-        f"{etcd['settings']}"
-        if etcd
-        else "peer: none",
+        _peer_line(etcd) if etcd else "peer: none",
         "",
         f"THROUGHPUT: {c['clients']} keep-alive clients, closed loop, {c['seconds']} s x {c['repeat']} runs "
         "(median [min-max])",
