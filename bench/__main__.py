@@ -76,7 +76,8 @@ def _parser() -> argparse.ArgumentParser:
         "--etcd-lease",
         choices=LEASE_MODES,
         default=d.etcd_lease,
-        help="exact: a lease per acquisition, as lock_at_most_for (default); reuse: a client's lease for up to 1 s",
+        help="exact: a lease per acquisition, as lock_at_most_for, released by txn then revoked (default); revoke: "
+        "the same, released by revoking the lease; reuse: a client's lease for up to 1 s (see bench/etcd.py)",
     )
     p.add_argument("--etcd-dir", help="where etcd's data directory goes (default: the system's temp directory)")
     p.add_argument(

@@ -6,13 +6,20 @@ removes both at the end. The lock is the same try-lock as schedlock's, one key p
 
 - acquire: a lease with TTL = lock_at_most_for, then a txn ``create_revision(key) == 0`` → put key=token with
   that lease. The key then expires on its own ``lock_at_most_for`` after the acquisition, as a row's
-  ``lock_until`` does. ``exact`` grants that lease for each attempt (and revokes it when the attempt finds the key
-  held, or once the key is released: a lease left to expire would be revoked by etcd 30 s later, inside some other
-  side's run). ``reuse`` lends each client's lease to all its attempts for up to a second: one round trip less
-  per attempt, but a lock may then last up to a second less than lock_at_most_for.
+  ``lock_until`` does.
 - release: a txn ``value(key) == token`` → delete key. A stale or wrong token changes nothing.
 
-The request bodies below are the ones wrk_script.lua sends (it fills in the ``%s``); tests/test_bench.py sends
+How leases are granted and disposed of (``--etcd-lease``):
+
+- ``exact`` (the default): a lease for each attempt, revoked when the attempt finds the key held and after the
+  release. A lease left to expire would be revoked by etcd itself 30 s later, inside some other side's run.
+  4 requests per cycle, 3 per refused attempt.
+- ``revoke``: the same leases, but the release is the revoke (the key goes with its lease), as ShedLock's own etcd
+  provider releases: the lease id is the token. 3 requests per cycle, 3 per refused attempt.
+- ``reuse``: each client lends one lease to all its attempts for up to a second: 2 requests per cycle, 1 per
+  refused attempt, but a lock may then expire up to a second before lock_at_most_for has passed.
+
+The request bodies below are the ones wrk_script.lua sends (it fills in the ``%s``); tests/test_bench_etcd.py sends
 them to a real etcd to check the semantics.
 """
 
@@ -33,8 +40,8 @@ from typing import IO, Any
 
 from bench.target import free_port, terminate
 
-#: Lease per acquisition (the same contract as lock_at_most_for), or one lease per client per second.
-LEASE_MODES = ("exact", "reuse")
+#: A lease per acquisition (the same contract as lock_at_most_for), released by txn or by revoke; or one per client.
+LEASE_MODES = ("exact", "revoke", "reuse")
 #: How long a client lends one lease to its acquisitions in "reuse" mode, in seconds.
 REUSE_SECONDS = 1.0
 

@@ -41,6 +41,8 @@ def _cpu_per_cycle(v: dict[str, Any]) -> list[str]:
 def _peer_line(etcd: dict[str, Any]) -> str:
     if etcd["lease"] == "exact":
         how = "a lease per acquisition: acquire = grant + txn, release = txn + revoke (+ revoke when held)"
+    elif etcd["lease"] == "revoke":
+        how = "a lease per acquisition: acquire = grant + txn, release = revoke (+ revoke when held)"
     else:
         how = "a client's lease reused for 1 s: acquire = txn (+ grant each second), release = txn"
     return f"peer: {etcd['version']}, {how}; {etcd['settings']}"

@@ -70,7 +70,10 @@ end
 local etcd = nil
 if os.getenv("BENCH_PROTOCOL") == "etcd" then
   etcd = {
-    exact = os.getenv("BENCH_ETCD_LEASE") == "exact", -- a lease per attempt, revoked after; else one per client
+    -- exact: a lease per attempt, revoked once the attempt is decided or the key released; revoke: the same, but
+    -- the release is the revoke (the key goes with its lease); reuse: one lease per client, renewed each second
+    exact = os.getenv("BENCH_ETCD_LEASE") ~= "reuse",
+    release_by_revoke = os.getenv("BENCH_ETCD_LEASE") == "revoke",
     reuse_us = tonumber(os.getenv("BENCH_ETCD_REUSE_US")),
     ttl = os.getenv("BENCH_ETCD_TTL"),
   }
@@ -207,6 +210,9 @@ local function etcd_response(status, body)
       step, revoke_then = "revoke", function(revoked) acquired(revoked and outcome or "other") end
     else
       acquired(outcome)
+    end
+    if ok and etcd.release_by_revoke then
+      step, revoke_then = "revoke", released
     end
   elseif sending == "release" then
     if etcd.exact then

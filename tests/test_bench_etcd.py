@@ -11,7 +11,6 @@ import json
 import re
 import urllib.error
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -88,14 +87,37 @@ def test_the_key_lives_and_dies_with_its_lease(etcd: peer.Etcd) -> None:
         _acquire(etcd, name, "token-c", lease)
 
 
-def test_wrk_writes_the_names_and_tokens_and_revokes_its_leases(etcd: peer.Etcd, tmp_path: Path) -> None:
+def test_revoking_the_lease_releases_and_a_wrong_lease_releases_nothing(etcd: peer.Etcd) -> None:
+    name, lease, other = "bench-test-revoke", _grant(etcd), _grant(etcd)
+    assert _acquire(etcd, name, "token-a", lease)
+    path, body = peer.REVOKE
+    etcd.call(path, body % other)  # someone else's lease (a stale holder's has expired: it is not even found)
+    assert _value(etcd, name) == "token-a"
+    etcd.call(path, body % lease)
+    assert _value(etcd, name) is None
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        etcd.call(path, body % lease)
+
+
+@pytest.mark.parametrize(
+    ("lease", "requests_per_cycle", "leases_left"),
+    [
+        ("exact", 4, 2),  # grant, acquire, release, revoke; only a cycle cut short by the end of the run leaves one
+        ("revoke", 3, 2),  # grant, acquire, revoke
+        ("reuse", 2, 2 * 2),  # acquire, release; a lease per client per second
+    ],
+)
+def test_wrk_writes_the_names_and_tokens_and_disposes_of_its_leases(
+    etcd: peer.Etcd, lease: str, requests_per_cycle: int, leases_left: int
+) -> None:
     etcd.reset()
     revision = int(etcd.call("/v3/kv/range", json.dumps({"key": peer.b64("x")}))["header"]["revision"])
     load = Load("own", clients=2, seconds=1, names=4, prefix="bench-wrk-")
-    phase = run_wrk(etcd.url, load, peer.wrk_env("exact", 30))
+    phase = run_wrk(etcd.url, load, peer.wrk_env(lease, 30))
     assert phase.counts["acq_ok"] > 10 and phase.errors() == 0, phase.counts
-    # Four requests per cycle: grant, acquire, release, revoke.
-    assert phase.http_requests is not None and phase.http_requests >= 4 * phase.counts["rel_ok"]
+    assert phase.http_requests is not None
+    assert requests_per_cycle * phase.counts["rel_ok"] <= phase.http_requests
+    assert phase.http_requests < (requests_per_cycle + 1) * phase.counts["rel_ok"]
 
     # The first put of the run, read back from etcd's history: Lua's base64 of the name and of its token.
     everything = peer.b64("\0")
@@ -106,5 +128,4 @@ def test_wrk_writes_the_names_and_tokens_and_revokes_its_leases(etcd: peer.Etcd,
     assert re.fullmatch(r"bench-wrk-00000[0-3]", base64.b64decode(kv["key"]).decode())
     assert re.fullmatch(r"bench-[01]-\d+-[0-9a-f]{8}", base64.b64decode(kv["value"]).decode())
     assert kv["lease"] != "0"
-    # Every lease was revoked once its cycle ended: only a cycle cut short by the end of the run leaves one.
-    assert len(etcd.call("/v3/lease/leases").get("leases", [])) <= load.clients
+    assert len(etcd.call("/v3/lease/leases").get("leases", [])) <= leases_left
