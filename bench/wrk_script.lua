@@ -116,7 +116,10 @@ local function pick()
   end
   attempt = attempt + 1
   if etcd ~= nil then
-    attempt_token = base64(string.format("bench-%d-%d-%08x", id, attempt, math.random(0, 0x7fffffff)))
+    -- Unique per client and attempt; the clock rather than math.random, so that the names drawn in mode "random"
+    -- are the same sequence as schedlock's.
+    local salt = math.floor(now_us()) % 0x80000000
+    attempt_token = base64(string.format("bench-%d-%d-%08x", id, attempt, salt))
   end
 end
 
