@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.auth import hash_secret
+from app.auth.tokens import hash_secret
 from app.settings import Settings
 from tests.conftest import LiveServer, start_server, stop_server
 
