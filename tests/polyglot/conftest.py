@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from app.auth.tokens import hash_secret
+from app.db import migrate
 from app.settings import Settings
-from tests.conftest import LiveServer, start_server, stop_server
+from tests.conftest import LiveServer, drop_schema, make_settings, start_server, stop_server
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
@@ -43,9 +44,19 @@ def bearer() -> dict[str, str]:
 
 
 @pytest.fixture(scope="package")
-def poly_server(settings: Settings) -> Iterator[LiveServer]:
+def poly_settings(database_url: str) -> Iterator[Settings]:
+    """A lock table of these tests' own: the runnable examples all take "nightly-report", which other tests use."""
+    schema = f"test_poly_{uuid.uuid4().hex[:10]}"
+    settings = make_settings(database_url, f"{schema}.shedlock")
+    migrate.upgrade(settings)
+    yield settings
+    drop_schema(database_url, schema)
+
+
+@pytest.fixture(scope="package")
+def poly_server(poly_settings: Settings) -> Iterator[LiveServer]:
     """A `schedlock-server serve` process that requires an API token on every /v1 request."""
-    server = start_server(settings, {"SCHEDLOCK_TOKENS": token_config()})
+    server = start_server(poly_settings, {"SCHEDLOCK_TOKENS": token_config()})
     yield server
     stop_server(server)
 
@@ -107,14 +118,22 @@ class Program:
 
 
 @pytest.fixture(scope="session")
-def java_program(tmp_path_factory: pytest.TempPathFactory) -> Program:
-    """examples/java/SchedLock.java and the driver, compiled with every lint as an error."""
+def java_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/java/SchedLock.java and the driver, compiled with every lint as an error; returns the class folder."""
     javac = require("javac", "openjdk-17-jdk-headless")
-    java = require("java", "openjdk-17-jdk-headless")
     classes = tmp_path_factory.mktemp("java-classes")
     sources = [str(EXAMPLES / "java" / "SchedLock.java"), str(DRIVERS / "java" / "Driver.java")]
     build([javac, "-Xlint:all", "-Werror", "-d", str(classes), *sources], cwd=classes)
-    return Program("java", [java, "-cp", str(classes), "Driver"], cwd=classes)
+    return classes
+
+
+def java_command(classes: Path, main: str) -> list[str]:
+    return [require("java", "openjdk-17-jdk-headless"), "-cp", str(classes), main]
+
+
+@pytest.fixture(scope="session")
+def java_program(java_classes: Path) -> Program:
+    return Program("java", java_command(java_classes, "Driver"), cwd=java_classes)
 
 
 def go_env(tmp: Path) -> dict[str, str]:
@@ -140,6 +159,10 @@ def go_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def go_program(go_build: Path) -> Program:
     return Program("go", [str(go_build / "driver")], cwd=go_build)
+
+
+def node_command() -> list[str]:
+    return [require("node", "nodejs")]
 
 
 @pytest.fixture(scope="session")
