@@ -85,6 +85,15 @@ async def test_docs_page_is_served_without_internet(client: httpx.AsyncClient) -
     assert spec.json()["info"]["title"] == "schedlock"
 
 
+async def test_redoc_page_and_bundle_are_served_without_a_cdn(client: httpx.AsyncClient) -> None:
+    page = await client.get("/redoc")
+    assert page.status_code == 200 and "https://" not in page.text
+    assert "/redoc/redoc.standalone.js" in page.text
+    bundle = await client.get("/redoc/redoc.standalone.js")
+    assert bundle.status_code == 200 and len(bundle.content) > 100_000
+    assert b"cdn.redoc.ly" not in bundle.content and b"data:image/svg+xml" in bundle.content
+
+
 async def test_a_served_app_freezes_what_start_up_left_alive(settings: Settings) -> None:
     """serve passes freeze_gc=True: a full collection must not walk the app's ~100k long-lived objects."""
     gc.unfreeze()
