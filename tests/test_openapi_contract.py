@@ -15,8 +15,8 @@ from jsonschema import Draft202012Validator
 from pydantic import SecretStr
 
 from app.settings import Settings
-from tests.conftest import in_process
-from tests.helpers import acquire
+from tests.support.api import acquire
+from tests.support.apps import in_process
 from tests.test_auth import bearer, token_config
 
 SPEC: dict[str, Any] = json.loads((Path(__file__).parent.parent / "openapi" / "openapi.json").read_text())

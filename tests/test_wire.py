@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.conftest import LiveServer, start_server, stop_server
+from tests.support.servers import LiveServer, start_server, stop_server
 
 H2C = b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
 
@@ -43,7 +43,8 @@ def connect(server: LiveServer) -> socket.socket:
 
 def read_responses(conn: socket.socket, count: int) -> list[tuple[int, dict[str, str], bytes]]:
     """Read `count` whole responses (each with content-length), in order: (status, headers, body)."""
-    buffer, responses = b"", []
+    buffer = b""
+    responses: list[tuple[int, dict[str, str], bytes]] = []
     while len(responses) < count:
         while b"\r\n\r\n" not in buffer:
             chunk = conn.recv(65536)

@@ -22,7 +22,8 @@ import pytest
 from app.auth.tokens import hash_secret
 from app.db import migrate
 from app.settings import Settings
-from tests.conftest import LiveServer, drop_schema, make_settings, start_server, stop_server
+from tests.support.apps import drop_schema, make_settings
+from tests.support.servers import LiveServer, start_server, stop_server
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"

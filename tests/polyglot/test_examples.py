@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, free_port
-from tests.helpers import seconds
 from tests.polyglot.conftest import SECRET, Program, bearer
+from tests.support.api import seconds
+from tests.support.servers import LiveServer, free_port
 
 
 def acquire(server: LiveServer, name: str, at_most: str = "1m") -> httpx.Response:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import LiveServer, free_port
 from tests.polyglot.conftest import DRIVERS, EXAMPLES, Program, bearer, go_env, java_command, node_command, require
+from tests.support.servers import LiveServer, free_port
 
 
 def test_three_nodes_in_three_languages_one_runs_the_job(

@@ -16,8 +16,8 @@ import httpx
 import pytest
 import requests
 
-from tests.conftest import LiveServer
 from tests.polyglot.conftest import bearer, require
+from tests.support.servers import LiveServer
 
 #: (method, url, JSON body or None) -> (status, JSON answer, HTTP version the answer came in)
 Send = Callable[[str, str, dict[str, Any] | None], tuple[int, dict[str, Any], str]]
