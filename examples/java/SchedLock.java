@@ -478,13 +478,17 @@ public final class SchedLock {
             System.err.println("usage: java SchedLock.java NAME [AT_MOST [AT_LEAST]]   e.g. nightly-report PT14M PT5M");
             System.exit(2);
         }
+        String name = args[0];
         Duration atMost = Duration.parse(args.length > 1 ? args[1] : "PT14M");
         Duration atLeast = Duration.parse(args.length > 2 ? args[2] : "PT0S");
-        Outcome outcome = fromEnvironment().executeWithLock(() -> {
-            Lease lease = assertLocked();
-            System.out.println("running " + args[0] + " with fencing token " + lease.fencingToken());
-        }, args[0], atMost, atLeast);
-        System.out.println(outcome);
+
+        SchedLock locks = SchedLock.fromEnvironment(); // SCHEDLOCK_URL and SCHEDLOCK_TOKEN
+        Outcome outcome = locks.executeWithLock(() -> {
+            long fencingToken = SchedLock.assertLocked().fencingToken(); // hand it to what the task writes
+            System.out.println("running " + name + " with fencing token " + fencingToken);
+        }, name, atMost, atLeast);
+
+        System.out.println(outcome); // EXECUTED, SKIPPED_HELD or SKIPPED_UNAVAILABLE
         System.exit(outcome == Outcome.SKIPPED_UNAVAILABLE ? 69 : 0);
     }
 }

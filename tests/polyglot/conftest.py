@@ -137,13 +137,19 @@ def java_program(java_classes: Path) -> Program:
     return Program("java", java_command(java_classes, "Driver"), cwd=java_classes)
 
 
-def go_env(tmp: Path) -> dict[str, str]:
+def go_vars(tmp: Path) -> dict[str, str]:
     """Go's caches in a temporary folder, no module downloads (the example is stdlib only), no C compiler."""
-    env = dict(os.environ)
-    env.update(
-        GOCACHE=str(tmp / "cache"), GOPATH=str(tmp / "gopath"), GOPROXY="off", GOFLAGS="-mod=mod", CGO_ENABLED="0"
-    )
-    return env
+    return {
+        "GOCACHE": str(tmp / "cache"),
+        "GOPATH": str(tmp / "gopath"),
+        "GOPROXY": "off",
+        "GOFLAGS": "-mod=mod",
+        "CGO_ENABLED": "0",
+    }
+
+
+def go_env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, **go_vars(tmp)}
 
 
 @pytest.fixture(scope="session")
