@@ -14,13 +14,22 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import SecretStr
 
+from app.auth.tokens import hash_secret
 from app.settings import Settings
 from tests.support.api import acquire
 from tests.support.apps import in_process
-from tests.test_auth import bearer, token_config
 
 SPEC: dict[str, Any] = json.loads((Path(__file__).parent.parent / "openapi" / "openapi.json").read_text())
 OPERATIONS = [(path, method, operation) for path, item in SPEC["paths"].items() for method, operation in item.items()]
+
+SECRET = "contract-secret-" + "c" * 40
+TOKENS = json.dumps(
+    {
+        "tokens": [
+            {"name": "billing-cron", "sha256": hash_secret(SECRET), "prefixes": ["billing."], "access": "read-write"}
+        ]
+    }
+)
 
 #: The schema each error status must have, per operation (409 differs: held on acquire, not_holder otherwise).
 ERROR_SCHEMAS = {
@@ -154,12 +163,12 @@ async def test_real_answers_fit_their_schemas(client: httpx.AsyncClient, name: s
 
 
 async def test_real_auth_and_storage_errors_fit_their_schemas(settings: Settings, name: str) -> None:
-    async with in_process(settings.model_copy(update={"tokens": token_config()})) as (_, client):
+    async with in_process(settings.model_copy(update={"tokens": TOKENS})) as (_, client):
         unauthorized = await client.post(f"/v1/locks/billing.{name}/acquire", json={"lock_at_most_for": "1m"})
         assert unauthorized.status_code == 401 and unauthorized.headers["www-authenticate"].startswith("Bearer")
         check(unauthorized, ACQUIRE, "post")
         forbidden = await client.post(
-            f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "1m"}, headers=bearer("billing")
+            f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "1m"}, headers={"Authorization": f"Bearer {SECRET}"}
         )
         assert forbidden.status_code == 403
         check(forbidden, ACQUIRE, "post")

@@ -3,6 +3,7 @@ it (after wins), through the real entry point, against a server that requires a 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import uuid
@@ -10,15 +11,24 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.auth.tokens import hash_secret
 from app.settings import Settings
 from tests.support.cli import SCHEDLOCK
 from tests.support.servers import LiveServer, free_port, start_server, stop_server
-from tests.test_auth import SECRETS, token_config
+
+SECRET = "cli-options-secret-" + "o" * 40
+TOKENS = json.dumps(
+    {
+        "tokens": [
+            {"name": "billing-cron", "sha256": hash_secret(SECRET), "prefixes": ["billing."], "access": "read-write"}
+        ]
+    }
+)
 
 
 @pytest.fixture(scope="module")
 def token_server(settings: Settings) -> Iterator[LiveServer]:
-    server = start_server(settings, {"SCHEDLOCK_TOKENS": token_config()})
+    server = start_server(settings, {"SCHEDLOCK_TOKENS": TOKENS})
     yield server
     stop_server(server)
 
@@ -34,10 +44,10 @@ def lock() -> str:
 
 
 def test_global_options_before_the_subcommand(token_server: LiveServer, lock: str) -> None:
-    ran = schedlock("--url", token_server.url, "--api-token", SECRETS["billing"], "--timeout", "5", "run",
+    ran = schedlock("--url", token_server.url, "--api-token", SECRET, "--timeout", "5", "run",
                     "--name", lock, "--at-most", "1m", "--at-least", "1m", "--", "echo", "ran")  # fmt: skip
     assert (ran.returncode, ran.stdout) == (0, "ran\n"), ran.stderr
-    status = schedlock("--url", token_server.url, "--api-token", SECRETS["billing"], "status", lock, "--json")
+    status = schedlock("--url", token_server.url, "--api-token", SECRET, "status", lock, "--json")
     assert status.returncode == 0, status.stderr
     assert "[schedlock via billing-cron lease " in status.stdout  # the token was sent: its name is in locked_by
 
@@ -45,9 +55,9 @@ def test_global_options_before_the_subcommand(token_server: LiveServer, lock: st
 def test_options_after_the_subcommand_still_work_and_win(token_server: LiveServer, lock: str) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     ran = schedlock("--url", dead, "--api-token", "wrong", "run", "--url", token_server.url,
-                    "--api-token", SECRETS["billing"], "--name", lock, "--at-most", "1m", "--", "true")  # fmt: skip
+                    "--api-token", SECRET, "--name", lock, "--at-most", "1m", "--", "true")  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    mixed = schedlock("--api-token", SECRETS["billing"], "status", lock, "--url", token_server.url)
+    mixed = schedlock("--api-token", SECRET, "status", lock, "--url", token_server.url)
     assert mixed.returncode == 0, mixed.stderr
 
 
