@@ -145,9 +145,11 @@ def test_the_image_also_installs_the_client_and_its_command(live_server: LiveSer
     and its wheel's console script works from an installed location, outside the source tree."""
     (install,) = [i for i in of("RUN", 0) if "--no-deps" in i.args]
     assert re.search(r"pip install .*--no-deps \. \./client\b", install.args), install.args
-    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    wheels, site, source = tmp_path / "wheels", tmp_path / "site", tmp_path / "client"
+    # Built from a copy: setuptools leaves a build/ folder beside the sources it builds.
+    shutil.copytree(ROOT / "client", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     pip = [sys.executable, "-m", "pip", "--quiet"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(ROOT / "client")], check=True)
+    subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(source)], check=True)
     (wheel,) = wheels.glob("schedlock-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
