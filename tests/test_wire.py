@@ -90,7 +90,7 @@ def server_log(server: LiveServer) -> str:
 
 @pytest.mark.parametrize(
     "split",
-    ["one-write", "head-then-body", "chunked-in-pieces"],
+    ["one-write", "head-then-body", "head-in-two-writes", "chunked-in-pieces"],
 )
 def test_h2c_upgrade_offer_is_answered_on_http11_with_the_body_intact(
     server: LiveServer, lock: str, split: str
@@ -102,6 +102,12 @@ def test_h2c_upgrade_offer_is_answered_on_http11_with_the_body_intact(
             conn.sendall(acquire_head(lock, H2C, len(BODY)))
             time.sleep(0.1)
             conn.sendall(BODY)
+        elif split == "head-in-two-writes":  # the upgrade header arrives before the head is complete
+            request = acquire_head(lock, H2C, len(BODY)) + BODY
+            cut = request.index(b"Upgrade: h2c") + 5
+            conn.sendall(request[:cut])
+            time.sleep(0.1)
+            conn.sendall(request[cut:])
         else:
             conn.sendall(acquire_head(lock, H2C))
             for piece in (chunked(BODY, 7)[:20], chunked(BODY, 7)[20:]):
