@@ -22,6 +22,8 @@ from tests.support.cli import SCHEDLOCK
 from tests.support.servers import LiveServer, start_server, stop_server
 from tests.test_helm import KUBE_VERSIONS
 
+pytestmark = pytest.mark.system  # kubernetes-validate, and the CronJob command against a server process
+
 README = Path(__file__).parent.parent / "helm" / "schedlock" / "README.md"
 
 

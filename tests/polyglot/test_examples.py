@@ -14,6 +14,8 @@ from tests.polyglot.conftest import SECRET, Program, bearer
 from tests.support.api import seconds
 from tests.support.servers import LiveServer, free_port
 
+pytestmark = pytest.mark.system  # the Java, Go and Node examples built and run (a JDK, Go, Node.js)
+
 
 def acquire(server: LiveServer, name: str, at_most: str = "1m") -> httpx.Response:
     body = {"lock_at_most_for": at_most, "holder": "the test"}

@@ -13,6 +13,8 @@ import pytest
 
 from tests.polyglot.conftest import EXAMPLES, ROOT, build, require
 
+pytestmark = pytest.mark.system  # npm, openapi-typescript and tsc
+
 NODE = EXAMPLES / "node"
 CHECKED = ["schedlock.mjs", "nightly-report.mjs", "tsconfig.json"]
 
