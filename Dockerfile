@@ -1,11 +1,14 @@
 # syntax=docker/dockerfile:1
-# schedlock-server: one uvicorn process per container (scale with replicas, not workers).
+# schedlock-server: one uvicorn process per container (scale with replicas, not workers). The image also carries the
+# client's `schedlock` command, so a job (a Kubernetes CronJob, say) can run under a lock with `schedlock run`.
 #
 #   docker build -t schedlock .                                   # python:3.12-slim-bookworm
 #   docker build --build-arg PYTHON_IMAGE=python:3.13-slim-bookworm -t schedlock .
 #   docker run --rm -e SCHEDLOCK_DATABASE_URL=postgresql://… schedlock migrate
 #   docker run --rm -p 8000:8000 -e SCHEDLOCK_DATABASE_URL=postgresql://… \
 #       -e SCHEDLOCK_TOKENS_FILE=/run/secrets/tokens.json -v "$PWD/tokens.json:/run/secrets/tokens.json:ro" schedlock
+#   docker run --rm --entrypoint schedlock -e SCHEDLOCK_URL=http://schedlock:8000 -e SCHEDLOCK_TOKEN=… schedlock \
+#       run --name nightly-report --at-most 14m -- python /jobs/report.py
 #
 # The image writes nothing outside /tmp, so it runs with a read-only root filesystem.
 
@@ -18,17 +21,19 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/schedlock
 
-# Dependencies first, from pyproject.toml and the lock alone, so editing the code does not reinstall them: the
-# versions the suite tested (requirements.lock). pgserver (the embedded Postgres for trying schedlock on a laptop)
-# stays out: in a container the database is external.
+# Dependencies first, the server's and the client's, from their pyproject.toml and the lock alone, so editing the
+# code does not reinstall them: the versions the suite tested (requirements.lock). pgserver (the embedded Postgres
+# for trying schedlock on a laptop) stays out: in a container the database is external.
 COPY pyproject.toml requirements.lock ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.startswith('pgserver')))" > requirements.txt \
+COPY client/pyproject.toml ./client/
+RUN python -c "import tomllib; deps = [d for f in ('pyproject.toml', 'client/pyproject.toml') for d in tomllib.load(open(f, 'rb'))['project']['dependencies']]; print('\n'.join(d for d in deps if not d.startswith('pgserver')))" > requirements.txt \
  && /opt/schedlock/bin/pip install --no-cache-dir --requirement requirements.txt --constraint requirements.lock
 
-# Then the service itself, as a regular (non-editable) install, precompiled so a read-only filesystem is fine.
+# Then the service and the client, as regular (non-editable) installs, precompiled so a read-only filesystem is fine.
 COPY README.md ./
 COPY app ./app
-RUN /opt/schedlock/bin/pip install --no-cache-dir --no-deps . \
+COPY client ./client
+RUN /opt/schedlock/bin/pip install --no-cache-dir --no-deps . ./client \
  && /opt/schedlock/bin/python -m compileall -q /opt/schedlock/lib
 
 

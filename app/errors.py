@@ -29,8 +29,15 @@ class SchedlockError(Exception):
 
 
 class InvalidRequest(SchedlockError):
+    """A field is missing or malformed: ``field`` names the first, ``problems`` lists them all (one by default)."""
+
     status = 422
     code = "invalid_request"
+
+    def __init__(self, message: str, *, field: str, problems: list[dict[str, str]] | None = None) -> None:
+        if problems is None:
+            problems = [{"field": field, "message": message.removeprefix(f"{field}: ")}]
+        super().__init__(message, field=field, problems=problems)
 
 
 class LockHeld(SchedlockError):

@@ -11,8 +11,9 @@
 # it fails), and exits with COMMAND's exit code. 69: the lock service is unavailable, COMMAND did not run.
 # 64: the service rejected the request (bad name or duration, missing or wrong SCHEDLOCK_TOKEN).
 #
-# Lock names must be URL-safe here (letters, digits, '.', '-', '_'). The lease token and SCHEDLOCK_TOKEN never
-# appear on a command line (where `ps` would show them): curl reads them from stdin and a file descriptor.
+# The name goes into the URL percent-encoded, so any name reaches the service, which answers 422 for an invalid one
+# (exit 64), never taken for "unreachable". The lease token and SCHEDLOCK_TOKEN never appear on a command line
+# (where `ps` would show them): curl reads them from stdin and a file descriptor.
 # For keep-alive, signal forwarding and more, use `schedlock run` from the Python client instead.
 set -uo pipefail
 
@@ -25,10 +26,23 @@ shift 3
 url=${SCHEDLOCK_URL:-http://127.0.0.1:8000}
 holder="$(hostname) cron pid $$"
 
+urlencode() {  # every byte but RFC 3986's unreserved characters as %XX
+  local LC_ALL=C value=$1 encoded='' c i
+  for ((i = 0; i < ${#value}; i++)); do
+    c=${value:i:1}
+    case $c in
+      [a-zA-Z0-9.~_-]) encoded+=$c ;;
+      *) printf -v c '%%%02X' "'$c"; encoded+=$c ;;
+    esac
+  done
+  printf '%s' "$encoded"
+}
+path_name=$(urlencode "$name")
+
 # call ACTION JSON: POST to the lock's ACTION endpoint; sets $status and $body. Fails only when unreachable.
 call() {
   local out
-  out=$(curl --silent --show-error --max-time 10 -X POST "$url/v1/locks/$name/$1" \
+  out=$(curl --silent --show-error --max-time 10 -X POST "$url/v1/locks/$path_name/$1" \
     -H 'content-type: application/json' -H @<(auth_header) \
     --data-binary @- --write-out '\n%{http_code}' <<<"$2") || return 1
   status=${out##*$'\n'}

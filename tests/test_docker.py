@@ -127,11 +127,44 @@ def test_the_dependency_step_installs_what_pyproject_declares(tmp_path: Path) ->
     argv = shlex.split(command)
     assert argv[:2] == ["python", "-c"]
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "client").mkdir()
+    shutil.copy(ROOT / "client" / "pyproject.toml", tmp_path / "client")
     result = subprocess.run([sys.executable, "-c", argv[2]], cwd=tmp_path, capture_output=True, text=True, check=True)
     extracted = [Requirement(line) for line in result.stdout.splitlines()]
-    declared = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    declared = [
+        Requirement(d)
+        for project in (ROOT / "pyproject.toml", ROOT / "client" / "pyproject.toml")
+        for d in tomllib.loads(project.read_text())["project"]["dependencies"]
+    ]
     assert {r.name for r in extracted} == {r.name for r in declared} - {"pgserver"}
-    assert {"fastapi", "uvicorn", "asyncpg", "alembic", "prometheus-client"} <= {r.name for r in extracted}
+    assert {"fastapi", "uvicorn", "asyncpg", "alembic", "prometheus-client", "httpx"} <= {r.name for r in extracted}
+
+
+def test_the_image_also_installs_the_client_and_its_command(live_server: LiveServer, tmp_path: Path) -> None:
+    """`schedlock run` in the image (a CronJob wraps its job with it): the client is installed beside the server,
+    and its wheel's console script works from an installed location, outside the source tree."""
+    (install,) = [i for i in of("RUN", 0) if "--no-deps" in i.args]
+    assert re.search(r"pip install .*--no-deps \. \./client\b", install.args), install.args
+    wheels, site, source = tmp_path / "wheels", tmp_path / "site", tmp_path / "client"
+    # Built from a copy: setuptools leaves a build/ folder beside the sources it builds.
+    shutil.copytree(ROOT / "client", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--quiet"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(source)], check=True)
+    (wheel,) = wheels.glob("schedlock-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
+    env.update(PYTHONPATH=str(site), SCHEDLOCK_URL=live_server.url)
+    command = [str(site / "bin" / "schedlock"), "run", "--name", f"image-{uuid.uuid4().hex[:8]}", "--at-most", "1m"]
+    ran = subprocess.run([*command, "--", "echo", "ran"], env=env, cwd="/", capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout) == (0, "ran\n"), ran.stderr
+    where = subprocess.run(
+        [sys.executable, "-c", "import schedlock; print(schedlock.__file__)"],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+    )
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
 
 
 def test_final_image_runs_one_server_process_as_non_root() -> None:
@@ -157,8 +190,15 @@ def test_dockerignore_admits_only_what_the_build_copies() -> None:
     patterns = [line for line in lines if line and not line.startswith("#")]
     assert patterns[0] == "*", "an allow-list: .venv, .git, .schedlock and secrets never reach the daemon"
     allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
-    sources = {s for c in of("COPY", 0) if not c.args.startswith("--from") for s in c.args.split()[:-1]}
-    assert sources <= allowed and allowed <= sources | {"README.md"}
+    sources = {s.rstrip("/") for c in of("COPY", 0) if not c.args.startswith("--from") for s in c.args.split()[:-1]}
+
+    def within(path: str, folders: set[str]) -> bool:
+        return any(path == f or path.startswith(f"{f}/") for f in folders)
+
+    # Each source is admitted (whole, or the parts of it listed), and nothing is admitted that no COPY takes.
+    assert all(within(s, allowed) or any(within(a, {s}) for a in allowed) for s in sources), (sources, allowed)
+    assert all(within(a, sources | {"README.md"}) for a in allowed), (sources, allowed)
+    assert "client/tests" not in allowed and not within("client/build", allowed)
 
 
 def test_healthcheck_asks_healthz_without_curl(live_server: LiveServer) -> None:
@@ -189,8 +229,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     )
     (wheel,) = wheels.glob("schedlock_server-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"app/migrations/env.py", "app/migrations/script.py.mako"} <= set(names)
-    assert any(n.startswith("app/migrations/versions/0001") for n in names)
+    assert {"app/db/migrations/env.py", "app/db/migrations/script.py.mako"} <= set(names)
+    assert any(n.startswith("app/db/migrations/versions/0001") for n in names)
     assert not any(n.startswith(("tests/", "helm/")) for n in names)
     site = Path(tempfile.mkdtemp(prefix="schedlock-site-", dir="/var/tmp"))
     try:

@@ -13,7 +13,7 @@ PAGES = sorted(
     [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md"), ROOT / "client" / "README.md", *ROOT.glob("helm/*/README.md")]
 )
 #: Pages another branch is writing: a link to one may dangle until it lands (remove the entry when it has).
-PENDING = {"docs/clients.md": "Java, Go and Node callers (issue 11)"}
+PENDING: dict[str, str] = {}
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 REPO_PATH = re.compile(r"`((?:app|bench|client|docs|examples|helm|openapi|scripts|tests)/[\w./-]*)`")
 

@@ -3,7 +3,8 @@
 Domain errors (``app.errors``) carry their code and status; this module renders them as
 ``{"error": {"code": ..., "message": ..., <details>}}`` with their headers, describes request validation failures as
 ``invalid_request`` naming the field, and answers Starlette's own 404/405/400 and any unexpected exception (500) in
-the same shape.
+the same shape. A client that disconnects before its body is complete gets 499 (nginx's "client closed request"),
+which it never receives: the status is for the access log and the metrics, and it is not a server error.
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.errors import InternalError, InvalidRequest, MethodNotAllowed, RouteNotFound, SchedlockError
 
 logger = logging.getLogger("schedlock.errors")
+
+CLIENT_CLOSED_REQUEST = 499
+
+
+def client_closed_response() -> Response:
+    """The answer to a client that went away mid-request; it never arrives, the access log and metrics see it."""
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 def error_response(exc: SchedlockError) -> Response:
@@ -45,11 +54,14 @@ def _describe_validation(exc: RequestValidationError) -> InvalidRequest:
 
 
 def known_error_response(exc: Exception) -> Response | None:
-    """The response for a domain error or a validation error; None for anything else (a bug: 500)."""
+    """The response for a domain error, a validation error or a client gone mid-body; None for anything else (a bug:
+    500)."""
     if isinstance(exc, SchedlockError):
         return error_response(exc)
     if isinstance(exc, RequestValidationError):
         return error_response(_describe_validation(exc))
+    if isinstance(exc, ClientDisconnect):
+        return client_closed_response()
     return None
 
 
@@ -86,5 +98,6 @@ async def _handle_unexpected(request: Request, exc: Exception) -> Response:
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SchedlockError, _handle_known_error)
     app.add_exception_handler(RequestValidationError, _handle_known_error)
+    app.add_exception_handler(ClientDisconnect, _handle_known_error)
     app.add_exception_handler(StarletteHTTPException, _handle_http_error)
     app.add_exception_handler(Exception, _handle_unexpected)

@@ -138,16 +138,6 @@ class LockList(BaseModel):
     db_time: UtcTime
 
 
-class ErrorDetail(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    code: str = Field(description="Stable machine-readable code, e.g. lock_held, not_holder, invalid_request.")
-    message: str
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
-
-
 class Health(BaseModel):
     status: str
     detail: str | None = None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+
+import pytest
 
 from schedlock import LockClient
 from tests.support.cli import Spawn, wait_until
@@ -63,3 +66,23 @@ def test_a_rejected_request_exits_64(spawn: Spawn) -> None:
     run = spawn(example("x" * 65, "1m", "--", "true"))
     _, stderr = run.communicate(timeout=30)
     assert run.returncode == 64 and "invalid_request" in stderr
+
+
+@pytest.mark.parametrize("bad", ["billing/nightly", "tab\there", "new\nline"], ids=["slash", "tab", "newline"])
+def test_an_invalid_name_is_the_services_422_not_unreachable(bad: str, tmp_path: Path, spawn: Spawn) -> None:
+    marker = tmp_path / "ran"
+    run = spawn(example(bad, "1m", "--", "touch", str(marker)))
+    _, stderr = run.communicate(timeout=30)
+    assert run.returncode == 64, stderr
+    assert "rejected (422)" in stderr and '"field":"name"' in stderr and "unreachable" not in stderr
+    assert not marker.exists()
+
+
+def test_any_valid_name_reaches_the_service_encoded(url: str, spawn: Spawn) -> None:
+    """Spaces, '?', '#', '%' and non-ASCII are valid in a lock name: the URL carries them percent-encoded."""
+    name = f"nächtlicher Bericht #{uuid.uuid4().hex[:6]}?x=1%"
+    run = spawn(example(name, "1m", "--", "sh", "-c", 'printf "%s" "$SCHEDLOCK_LOCK_NAME"'))
+    stdout, stderr = run.communicate(timeout=30)
+    assert (run.returncode, stdout) == (0, name), stderr
+    with LockClient(url) as client:
+        assert client.get(name).held is False  # taken under exactly that name, and released

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.errors import error_response
+from app.api.errors import client_closed_response, error_response
 from app.errors import PayloadTooLarge
 
 
@@ -39,7 +39,8 @@ class BodySizeLimit:
         size = 0
         while True:
             message = await receive()
-            if message["type"] != "http.request":  # the client went away
+            if message["type"] != "http.request":  # the client went away: 499, not "no response" (a 500)
+                await client_closed_response()(scope, receive, send)
                 return
             chunk = message.get("body", b"")
             size += len(chunk)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.api import openapi as doc
 from app.api.deps import StoreDep
-from app.api.models import ErrorBody, Health
+from app.api.models import Health
 from app.db.migrate import is_ready_revision
 from app.errors import StorageUnavailable
 
@@ -19,6 +20,7 @@ router = APIRouter(tags=["health"])
     summary="Liveness: the process answers",
     description="Always 200 while the process serves requests; does not touch the database.",
     response_model=Health,
+    responses=doc.ok({"status": "ok"}),
 )
 async def healthz() -> Response:
     return Response(content=b'{"status":"ok"}', media_type="application/json")
@@ -31,7 +33,7 @@ async def healthz() -> Response:
     description="200 when the lock table is reachable and migrated to this release's schema revision (or a newer "
     "one, during a rolling upgrade); 503 otherwise.",
     response_model=Health,
-    responses={503: {"model": ErrorBody, "description": "`storage_unavailable`: database down or not migrated."}},
+    responses={**doc.ok({"status": "ready"}), **doc.DOWN},
 )
 async def readyz(request: Request, store: StoreDep) -> Response:
     expected: str = request.app.state.schema_revision

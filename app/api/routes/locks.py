@@ -5,18 +5,18 @@ from __future__ import annotations
 import base64
 import binascii
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
+from app.api import openapi as doc
 from app.api.deps import PrincipalDep, SettingsDep, StoreDep, settings_of, store_of
 from app.api.models import (
     AcquireRequest,
     AcquireResponse,
-    ErrorBody,
     ExtendRequest,
     ExtendResponse,
     LockList,
@@ -65,25 +65,6 @@ LockName = Annotated[
 ]
 
 
-def _error(description: str) -> dict[str, Any]:
-    return {"model": ErrorBody, "description": description}
-
-
-_BAD_INPUT: dict[int | str, dict[str, Any]] = {
-    422: _error("`invalid_request`: a field is missing or malformed; `field` names it.")
-}
-_DOWN: dict[int | str, dict[str, Any]] = {
-    503: _error("`storage_unavailable`: the database cannot be reached; retry after `Retry-After` seconds.")
-}
-_AUTH: dict[int | str, dict[str, Any]] = {
-    401: _error("`unauthorized`: no bearer token, or one the server does not know (servers with tokens only)."),
-    403: _error("`forbidden`: the name is outside the token's prefixes, or a read-only token tried to write."),
-}
-_TOO_LARGE: dict[int | str, dict[str, Any]] = {
-    413: _error("`payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES)."),
-}
-
-
 def _json(model: BaseModel) -> Response:
     # Built here rather than by FastAPI's response_model pass, which would validate the model a second time.
     return Response(content=model.model_dump_json(), media_type="application/json")
@@ -122,15 +103,8 @@ def _view(row: LockRow) -> LockView:
         "`token` is needed to release or extend, and is shown only here."
     ),
     response_model=AcquireResponse,
-    responses={
-        409: _error(
-            "`lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when."
-        ),
-        **_AUTH,
-        **_TOO_LARGE,
-        **_BAD_INPUT,
-        **_DOWN,
-    },
+    responses={**doc.ok(doc.ACQUIRE_RESPONSE), **doc.HELD, **doc.AUTH, **doc.TOO_LARGE, **doc.BAD_INPUT, **doc.DOWN},
+    openapi_extra=doc.request_body(doc.ACQUIRE_REQUEST),
 )
 async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
@@ -162,13 +136,17 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
     ),
     response_model=ReleaseResponse,
     responses={
-        404: _error("`lock_not_found`: no lock of that name has ever been taken."),
-        409: _error("`not_holder`: the token does not hold this lock (wrong, or someone took it over)."),
-        **_AUTH,
-        **_TOO_LARGE,
-        **_BAD_INPUT,
-        **_DOWN,
+        **doc.ok(doc.RELEASE_RESPONSE),
+        **doc.NOT_FOUND,
+        **doc.not_holder(
+            "release", "`not_holder`: the token does not hold this lock (wrong, or someone took it over)."
+        ),
+        **doc.AUTH,
+        **doc.TOO_LARGE,
+        **doc.BAD_INPUT,
+        **doc.DOWN,
     },
+    openapi_extra=doc.request_body(doc.RELEASE_REQUEST),
 )
 async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
@@ -186,13 +164,17 @@ async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep,
     ),
     response_model=ExtendResponse,
     responses={
-        404: _error("`lock_not_found`: no lock of that name has ever been taken."),
-        409: _error("`not_holder`: the lease expired, was released or taken over, or the token is wrong."),
-        **_AUTH,
-        **_TOO_LARGE,
-        **_BAD_INPUT,
-        **_DOWN,
+        **doc.ok(doc.EXTEND_RESPONSE),
+        **doc.NOT_FOUND,
+        **doc.not_holder(
+            "extend", "`not_holder`: the lease expired, was released or taken over, or the token is wrong."
+        ),
+        **doc.AUTH,
+        **doc.TOO_LARGE,
+        **doc.BAD_INPUT,
+        **doc.DOWN,
     },
+    openapi_extra=doc.request_body(doc.EXTEND_REQUEST),
 )
 async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
@@ -215,7 +197,7 @@ async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, r
     summary="Read one lock",
     description="The lock's row as the database has it now, with `held` judged by the database's clock.",
     response_model=LockResponse,
-    responses={404: _error("`lock_not_found`: no lock of that name."), **_AUTH, **_BAD_INPUT, **_DOWN},
+    responses={**doc.ok(doc.LOCK_RESPONSE), **doc.NOT_FOUND, **doc.AUTH, **doc.BAD_INPUT, **doc.DOWN},
 )
 async def get_lock(name: LockName, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=False)
@@ -247,7 +229,7 @@ def _decode_cursor(cursor: str) -> str:
         "With a token, only names within its prefixes are listed: a `prefix` outside them gives an empty page."
     ),
     response_model=LockList,
-    responses={401: _AUTH[401], **_BAD_INPUT, **_DOWN},
+    responses={**doc.ok(doc.LOCK_LIST), 401: doc.AUTH[401], **doc.BAD_INPUT, **doc.DOWN},
 )
 async def list_locks(
     store: StoreDep,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.api.openapi import METRICS
 from app.ops.metrics import Metrics
 
 router = APIRouter(tags=["observability"])
@@ -19,7 +20,12 @@ router = APIRouter(tags=["observability"])
         "request and database latency, pool usage, held locks. No lock names, no secrets. See docs/deploy.md."
     ),
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "The metrics."}},
+    responses={
+        200: {
+            "content": {"text/plain": {"schema": {"type": "string"}, "example": METRICS}},
+            "description": "The metrics.",
+        }
+    },
 )
 async def metrics(request: Request) -> Response:
     m: Metrics = request.app.state.metrics

@@ -52,12 +52,25 @@ over) COMMAND is terminated. This is "at most one at a time", not "exactly once"
 """
 
 
+def _connection_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """--url, --api-token and --timeout. They are accepted before the subcommand (``schedlock --url X run ...``)
+    and after it; a subcommand's copy has no defaults (argparse.SUPPRESS), so it never overwrites a value given
+    before it, and a value given after it wins."""
+
+    def default(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--url", default=default(None), help="service URL (default: SCHEDLOCK_URL, else http://127.0.0.1:8000)"
+    )
+    parser.add_argument("--api-token", default=default(None), help="API token (default: SCHEDLOCK_TOKEN)")
+    parser.add_argument("--timeout", type=float, default=default(10.0), help="seconds per request (default 10)")
+
+
 def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The command's parser, and the one of ``run`` (for its usage errors)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", help="service URL (default: SCHEDLOCK_URL, else http://127.0.0.1:8000)")
-    common.add_argument("--api-token", help="API token (default: SCHEDLOCK_TOKEN)")
-    common.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    _connection_options(common, defaults=False)
     formatter = argparse.RawDescriptionHelpFormatter
 
     parser = argparse.ArgumentParser(
@@ -67,6 +80,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         formatter_class=formatter,
     )
     parser.add_argument("--version", action="version", version=f"schedlock {__version__}")
+    _connection_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command_name", required=True, metavar="{run,list,status,release}")
 
     run_parser = sub.add_parser(

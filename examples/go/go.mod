@@ -1,0 +1,3 @@
+module example.com/schedlock
+
+go 1.19
