@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.locking import durations as server
 from app.locking.durations import DurationError
 from app.locking.durations import parse_duration as server_parse
+from schedlock import _durations as client
 from schedlock import format_duration, parse_duration
 
 EXAMPLES = [
@@ -28,7 +30,10 @@ EXAMPLES = [
     "1500",
     "PT0,25S",
 ]
-REJECTED = ["", "-1s", "+1s", "10 m", "1w", "P1Y", "P", "PT", "P1DT", "ten", "1.5s"]
+REJECTED = [
+    *["", "-1s", "+1s", "10 m", "1w", "P1Y", "P", "PT", "P1DT", "ten", "1.5s"],
+    *["10s\n", "PT10M\n", "١٠s", "１０s", "PT١M", "10ſ", "P１D"],  # ASCII digits only, the whole text
+]
 
 
 @pytest.mark.parametrize("text", EXAMPLES)
@@ -59,6 +64,25 @@ def test_the_wire_format_round_trips_through_the_server_parser(value: timedelta)
 
 @given(st.from_regex(r"\A(\d{1,6}(ms|s|m|h|d)?|P(\d{1,3}D)?(T(\d{1,3}H)?(\d{1,3}M)?(\d{1,3}(\.\d{1,9})?S)?)?)\Z"))
 def test_generated_spellings_agree_with_the_server(text: str) -> None:
+    try:
+        expected = server_parse(text)
+    except DurationError:
+        with pytest.raises(ValueError):
+            parse_duration(text)
+        return
+    assert parse_duration(text) == expected
+
+
+def test_the_two_grammars_are_the_same_patterns() -> None:
+    """The client cannot import the server, so it carries a copy: the same text and flags, or this fails."""
+    for pattern in ("_SHORT", "_ISO"):
+        ours, theirs = getattr(client, pattern), getattr(server, pattern)
+        assert (ours.pattern, ours.flags) == (theirs.pattern, theirs.flags), pattern
+    assert client._UNIT_MS == server._UNIT_MS
+
+
+@given(st.text(alphabet=st.sampled_from("0123456789١٠１PTDHMSmshd.,\n ſ+-"), max_size=12))
+def test_any_text_gets_the_same_verdict_from_both(text: str) -> None:
     try:
         expected = server_parse(text)
     except DurationError:
