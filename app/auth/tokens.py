@@ -23,6 +23,8 @@ ALL_NAMES = "*"
 _BAD_PREFIX_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f/]")
 #: Secrets shorter than this are refused by ``hash-token``: a fast hash is only safe for high-entropy secrets.
 MIN_SECRET_LENGTH = 32
+#: RFC 6750's ``b64token``: what a bearer secret may be. ASCII only; a secret outside it could never be presented.
+B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*", re.ASCII)
 
 
 class TokenConfigError(ValueError):
