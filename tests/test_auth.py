@@ -149,7 +149,7 @@ def test_the_bearer_grammar_refuses_anything_else(header: str) -> None:
 @pytest.mark.parametrize("space", ["\u00a0", "\u0085"], ids=["nbsp", "nel"])
 async def test_non_ascii_whitespace_around_the_secret_is_401_over_http(api: httpx.AsyncClient, space: str) -> None:
     for header in (f"Bearer {_GOOD}{space}", f"Bearer{space}{_GOOD}"):
-        raw = ("Authorization".encode(), header.encode("latin-1"))  # as a client would send the byte
+        raw = (b"Authorization", header.encode("latin-1"))  # as a client would send the byte
         r = await api.get("/v1/locks/billing.x", headers=[raw])
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", r.text
 

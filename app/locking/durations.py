@@ -6,7 +6,7 @@ number (string or JSON integer) means milliseconds. Negative values, years, mont
 
 Digits are ASCII only and the whole text must match (no trailing newline). Hence ``[0-9]``, ``fullmatch`` and
 ``re.ASCII``: Python's digit class takes Arabic-Indic or fullwidth digits, ``$`` matches before a final newline,
-and IGNORECASE alone takes "ſ" (U+017F) for "s". The client's parser (client/src/schedlock/_durations.py) uses
+and IGNORECASE alone takes U+017F (long s) for "s". The client's parser (client/src/schedlock/_durations.py) uses
 the same two patterns; tests/client/test_durations.py compares them.
 """
 
