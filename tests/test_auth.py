@@ -305,6 +305,7 @@ access = "read-write"
         ({"prefixes": [""]}, '"*"'),
         ({"prefixes": ["billing.*"]}, "not globs"),
         ({"prefixes": ["a/b"]}, "never match"),
+        ({"prefixes": ["a\ud800"]}, "never match"),  # a lone surrogate: JSON can spell it, Postgres cannot hold it
         ({"access": "admin"}, "access"),
         ({"name": "has space"}, "name"),
         ({"scopes": ["x"]}, "scopes"),
