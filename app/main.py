@@ -16,9 +16,11 @@ from app.api.errors import install_error_handlers
 from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
+from app.api.middleware.origin import OriginGuard
 from app.api.routes import docs, health, locks
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
+from app.auth.exposure import is_loopback
 from app.db.migrate import head_revision, known_revisions, version_table_for
 from app.db.schema import qualified_name
 from app.db.statements import close_pool, create_pool
@@ -44,6 +46,9 @@ Errors always have the shape `{"error": {"code": ..., "message": ...}}`.
 With API tokens configured, every `/v1` request needs `Authorization: Bearer <token>`; a token may only use
 names starting with its prefixes, and may be read-only. `/healthz`, `/readyz`, `/docs` and `/openapi.json`
 need no token.
+
+Bodies are JSON (`Content-Type: application/json`; anything else is 415). A browser page may call the API only
+from the server's own origin or one listed in `SCHEDLOCK_ALLOWED_ORIGINS` (CORS); any other `Origin` gets 403.
 """
 
 
@@ -111,5 +116,7 @@ def create_app(
         lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
         app.add_middleware(LeanRoutes, routes=lean_routes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    loopback_only = not authenticator.enabled and is_loopback(settings.host)
+    app.add_middleware(OriginGuard, allowed=settings.allowed_origins, loopback_only=loopback_only)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
     return app

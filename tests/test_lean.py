@@ -36,7 +36,7 @@ def _tokens() -> str:
 
 @pytest.fixture(scope="module")
 async def pair(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    configured = settings.model_copy(update={"tokens": _tokens()})
+    configured = settings.model_copy(update={"tokens": _tokens(), "allowed_origins": [LISTED]})
     async with in_process(configured, lean=True) as (_, lean), in_process(configured, lean=False) as (_, generic):
         yield lean, generic
 
@@ -64,11 +64,13 @@ def _shape(r: httpx.Response, name: str) -> tuple[Any, ...]:
         r.headers.get("retry-after"),
         r.headers.get("allow"),
         r.headers.get("accept"),
+        r.headers.get("access-control-allow-origin"),
     )
 
 
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 JSON = "application/json; charset=utf-8"
+LISTED = "https://jobs.example.com"
 JSON_AUTH = {**AUTH, "content-type": "application/vnd.schedlock+json"}
 _AUTH = {"headers": AUTH}
 READ_ONLY = {"Authorization": f"Bearer {READER}"}
@@ -90,6 +92,8 @@ def _requests(name: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", acquire, {"json": [1, 2], "headers": AUTH}),
         ("POST", acquire, {"content": b"{nope", "headers": {**AUTH, "content-type": "application/json"}}),
         ("POST", acquire, {"headers": AUTH}),  # no body
+        ("POST", acquire, {"json": {"lock_at_most_for": "1m"}, "headers": {**AUTH, "Origin": "https://evil.example"}}),
+        ("POST", acquire, {"json": {"lock_at_most_for": "bad"}, "headers": {**AUTH, "Origin": LISTED}}),
         # 415: a body not declared JSON, whatever it holds; then bodies orjson refuses and json.loads would take
         (
             "POST",
@@ -116,6 +120,7 @@ def _requests(name: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", acquire, {"json": {"lock_at_most_for": "10m"}, "headers": AUTH}),  # 409 held
         ("GET", f"/v1/locks/{name}", {"headers": AUTH}),
         ("GET", f"/v1/locks/{name}", {"headers": READ_ONLY}),
+        ("GET", f"/v1/locks/{name}", {"headers": {**READ_ONLY, "Origin": LISTED}}),
         ("GET", f"/v1/locks/{name}-missing", {"headers": AUTH}),
         ("GET", f"/v1/locks/{name}/acquire", {"headers": AUTH}),  # 405
         ("POST", f"/v1/locks/{name}/extend", {"json": {"token": "wrong", "lock_at_most_for": "5m"}, "headers": AUTH}),
