@@ -21,9 +21,10 @@ from app.api.routes import docs, health, locks
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
-from app.db.migrate import head_revision, known_revisions, version_table_for
+from app.db.migrate import head_revision, known_revisions, schema_problem, version_table_for
 from app.db.schema import qualified_name
 from app.db.statements import close_pool, create_pool
+from app.errors import StorageUnavailable
 from app.locking.store import LockStore
 from app.ops.metrics import Metrics
 from app.settings import Settings
@@ -77,6 +78,7 @@ def create_app(
             pool, settings.table_name, settings.table_schema, settings.db_pool_timeout, observe=metrics.observe_db
         )
         metrics.watch(pool, app.state.store)
+        await _warn_if_not_migrated(app, settings)
         if freeze_gc:
             gc.collect()
             gc.freeze()
@@ -120,3 +122,20 @@ def create_app(
     app.add_middleware(OriginGuard, allowed=settings.allowed_origins, loopback_only=loopback_only)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
     return app
+
+
+async def _warn_if_not_migrated(app: FastAPI, settings: Settings) -> None:
+    """Say once, at start-up, when the table is not at this release's schema, and what to run. (The database
+    being down is logged apart, by app.db.availability; /readyz keeps answering 503 until the schema is right.)"""
+    try:
+        current = await app.state.store.schema_revision(app.state.version_table)
+    except StorageUnavailable:
+        return
+    problem = schema_problem(current, app.state.schema_revision, app.state.known_revisions)
+    if problem is not None:
+        logger.warning(
+            "table %s %s: lock requests will fail until it is; run `schedlock-server migrate` with the same "
+            "SCHEDLOCK_DATABASE_URL and SCHEDLOCK_TABLE",
+            settings.table,
+            problem,
+        )

@@ -119,10 +119,6 @@ class Settings(BaseSettings):
         scheme, rest = url.split("://", 1)
         return f"postgresql://{rest}" if scheme != "postgresql" else url
 
-    def sqlalchemy_url(self) -> str:
-        """The database URL in the form SQLAlchemy's async engine accepts."""
-        return "postgresql+asyncpg://" + self.asyncpg_dsn().split("://", 1)[1]
-
     def _require_url(self) -> str:
         if self.database_url is None:
             raise RuntimeError("no database URL: set SCHEDLOCK_DATABASE_URL or use the embedded database")

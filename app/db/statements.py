@@ -31,6 +31,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.InsufficientResourcesError,
     asyncpg.OperatorInterventionError,  # admin shutdown, crash shutdown, query canceled (statement timeout)
     asyncpg.TooManyConnectionsError,
+    # During a failover: every host of a multi-host URL is a standby (target_session_attrs=read-write found no
+    # primary yet), or a connection's server was turned into a standby under it.
+    asyncpg.TargetServerAttributeNotMatched,
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 
@@ -53,8 +57,8 @@ async def create_pool(settings: Settings) -> StatementPool:
     pool = StatementPool(connect, min_size=settings.pool_min_size, max_size=settings.pool_max_size)
     try:
         await pool.open()
-    except _UNAVAILABLE as exc:
-        logger.error("database unavailable at start-up (%s); starting unready", type(exc).__name__)
+    except _UNAVAILABLE as exc:  # the service starts unready (/readyz 503) and recovers by itself
+        pool.availability.failed("start-up", type(exc).__name__)
     return pool
 
 
@@ -73,17 +77,23 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
         conn = await pool.acquire(pool_timeout)
         try:
             rows: list[Any] = await conn.fetch(sql, *args)
-        except (TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError, asyncpg.ReadOnlySQLTransactionError):
+            # Read-only: this connection's server is a standby now (a switchover). Dropped like a stuck one, so
+            # the next connection finds the primary.
             conn.terminate()
             raise
         finally:
             pool.release(conn)
     except asyncpg.UndefinedTableError:
+        pool.availability.answered()
         raise SchemaNotMigrated(f"{action}: the lock table does not exist; run `schedlock-server migrate`") from None
     except (asyncpg.UndefinedColumnError, asyncpg.UndefinedFunctionError):
+        pool.availability.answered()
         raise SchemaNotMigrated(f"{action}: the lock table is not migrated; run `schedlock-server migrate`") from None
     except _UNAVAILABLE as exc:
+        pool.availability.failed(action, type(exc).__name__)
         raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
+    pool.availability.answered()
     return rows
 
 
