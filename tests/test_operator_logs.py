@@ -20,7 +20,7 @@ from app.db import migrate
 from app.db.availability import Availability
 from app.settings import Settings
 from tests.support.apps import drop_schema, in_process, make_settings
-from tests.support.pgcluster import PgCluster
+from tests.support.pgcluster import PgCluster, migrated_cluster
 from tests.support.servers import free_port, server_env, spawn_server, start_server, stop_server, wait_for
 from tests.test_logs import captured, lines
 
@@ -124,11 +124,8 @@ def test_start_up_says_where_the_docs_are_and_how_many_tokens_loaded(settings: S
 
 @pytest.fixture
 def cluster() -> Iterator[PgCluster]:
-    cluster = PgCluster()
-    cluster.start()
-    migrate.upgrade(Settings(database_url=SecretStr(cluster.url), table="shedlock"))
-    yield cluster
-    cluster.destroy()
+    with migrated_cluster() as cluster:
+        yield cluster
 
 
 @pytest.mark.system

@@ -14,8 +14,13 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from pydantic import SecretStr
+
+from app.db import migrate
+from app.settings import Settings
 from tests.support.servers import free_port
 
 
@@ -160,3 +165,15 @@ class PgCluster:
                 return
             time.sleep(0.1)
         raise RuntimeError("cluster did not become ready")
+
+
+@contextlib.contextmanager
+def migrated_cluster() -> Iterator[PgCluster]:
+    """A started throwaway cluster with schedlock's table (``shedlock``) migrated in, destroyed afterwards."""
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        migrate.upgrade(Settings(database_url=SecretStr(cluster.url), table="shedlock"))
+        yield cluster
+    finally:
+        cluster.destroy()
