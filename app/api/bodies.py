@@ -8,7 +8,9 @@ operator opened take or release locks on a loopback server without tokens.
 
 The body is then read by orjson: UTF-8 only, no NaN, no lone surrogates (text Postgres could not store). FastAPI
 on its own would use ``json.loads``, which takes all three (and UTF-16): ``JsonBodyRoute`` makes FastAPI's generic
-path read bodies here first, so it and the lean path (app.api.middleware.lean) agree on every body.
+path read bodies here first, so it and the lean path (app.api.middleware.lean) agree on every body. (FastAPI's own
+``strict_content_type``, on by default, only keeps it from parsing a body without a Content-Type; such a body, like
+a ``text/plain`` one, then fails validation as a 422 "not a dictionary", where the lean path used to parse it.)
 """
 
 from __future__ import annotations
