@@ -119,7 +119,7 @@ def create_app(
         app.add_middleware(LeanRoutes, routes=lean_routes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     loopback_only = not authenticator.enabled and is_loopback(settings.host)
-    app.add_middleware(OriginGuard, allowed=settings.allowed_origins, loopback_only=loopback_only)
+    app.add_middleware(OriginGuard, allowed=settings.allowed_origins or (), loopback_only=loopback_only)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
     return app
 

@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     tokens_reload_interval: float = Field(default=2.0, ge=0, description="Seconds between checks of tokens_file.")
     allow_unauthenticated: bool = Field(default=False, description="Serve without tokens on a non-loopback host.")
     max_body_bytes: int = Field(default=16384, ge=1024, description="Larger request bodies get 413.")
-    allowed_origins: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
+    allowed_origins: Annotated[list[str] | None, NoDecode] = Field(
+        default=None,
         description="Comma-separated origins (https://host[:port]) whose browser pages may call the API (CORS); "
         "pages from any other origin but the server's own get 403. See docs/cors.md.",
     )
@@ -70,7 +70,9 @@ class Settings(BaseSettings):
 
     @field_validator("allowed_origins")
     @classmethod
-    def _check_origins(cls, origins: list[str]) -> list[str]:
+    def _check_origins(cls, origins: list[str] | None) -> list[str] | None:
+        if origins is None:
+            return None
         parsed = [parse_origin(text) for text in origins]
         bad = [text for text, origin in zip(origins, parsed, strict=True) if origin is None]
         if bad:

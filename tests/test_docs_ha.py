@@ -64,3 +64,11 @@ def test_the_helm_command_renders_what_the_page_says() -> None:
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["SCHEDLOCK_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "jobs-db-app", "key": "uri"}
     assert next(v for v in pod["volumes"] if v["name"] == "tokens")["secret"]["secretName"] == FULLNAME
+
+
+def test_sql_and_yaml_blocks_appear_only_on_this_page() -> None:
+    """tests/test_docs_examples.py counts ```sql and ```yaml as checked: here, for this page only."""
+    root = PAGE.parent.parent
+    for page in [root / "README.md", *(root / "docs").glob("*.md"), root / "client" / "README.md"]:
+        if page != PAGE:
+            assert not re.search(r"^```(sql|yaml)$", page.read_text(), re.M), page

@@ -146,7 +146,7 @@ def test_allowed_origins_are_read_from_a_comma_separated_variable(monkeypatch: p
     monkeypatch.setenv("SCHEDLOCK_ALLOWED_ORIGINS", " https://Jobs.Example.com/ ,http://ui.internal:8080,https://x:443")
     assert Settings().allowed_origins == ["https://jobs.example.com", "http://ui.internal:8080", "https://x"]
     monkeypatch.delenv("SCHEDLOCK_ALLOWED_ORIGINS")
-    assert Settings().allowed_origins == []
+    assert Settings().allowed_origins is None
 
 
 @pytest.mark.parametrize(
