@@ -94,7 +94,9 @@ def _announce(settings: Settings, authenticator: Authenticator) -> None:
     """Where to look, and what guards the door: the first things an operator wants from the start-up log."""
     host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host
     base = f"http://[{host}]:{settings.port}" if ":" in host else f"http://{host}:{settings.port}"
-    sources = [str(settings.tokens_file)] * bool(settings.tokens_file) + ["SCHEDLOCK_TOKENS"] * bool(settings.tokens)
+    sources = [str(settings.tokens_file)] if settings.tokens_file else []
+    if settings.tokens:
+        sources.append("SCHEDLOCK_TOKENS")
     tokens = (
         f"{authenticator.token_count} API token(s) loaded from {' and '.join(sources)}" if sources else "no API tokens"
     )
