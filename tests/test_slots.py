@@ -17,6 +17,7 @@ from tests.support.api import acquire, ts
 from tests.support.java import JavaNode
 from tests.test_logs import access, captured
 from tests.test_metrics import outcomes, scrape
+from tests.test_openapi_contract import ACQUIRE, GET, LIST, RELEASE, check
 
 
 def key() -> str:
@@ -317,3 +318,14 @@ async def test_slot_done_is_counted_and_logged_apart_from_held(client: httpx.Asy
     }
     logged = [(line["route"].rsplit("/", 1)[1], line["status"], line["outcome"]) for line in access(out)]
     assert logged == [("acquire", 409, "held"), ("release", 200, "released"), ("acquire", 409, "slot_done")]
+
+
+async def test_slot_answers_fit_the_documents_schemas(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    lease = await acquire(client, name, "1m", slot=slot)
+    check(lease, ACQUIRE, "post")
+    check(await release(client, name, lease.json()["token"]), RELEASE, "post")
+    check(await acquire(client, name, "1m", slot=slot), ACQUIRE, "post")  # 409 slot_done
+    check(await client.get(f"/v1/locks/{name}"), GET, "get")
+    check(await client.get("/v1/locks", params={"prefix": name}), LIST, "get")
+    check(await acquire(client, name, "1m", schedule="0 0 31 2 *"), ACQUIRE, "post")  # 422
