@@ -45,6 +45,13 @@ class LockHeld(SchedlockError):
     code = "lock_held"
 
 
+class SlotDone(SchedlockError):
+    """The slot asked for is the name's last completed slot: this tick has run; skip it (docs/slots.md)."""
+
+    status = 409
+    code = "slot_done"
+
+
 class NotHolder(SchedlockError):
     status = 409
     code = "not_holder"
@@ -114,6 +121,7 @@ ERROR_CODES: dict[str, int] = {
     for cls in (
         InvalidRequest,
         LockHeld,
+        SlotDone,
         NotHolder,
         LockNotFound,
         StorageUnavailable,

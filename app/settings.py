@@ -33,6 +33,9 @@ class Settings(BaseSettings):
 
     max_lock_duration: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))
     list_max_limit: int = Field(default=1000, ge=1)
+    # A caller whose clock runs this much ahead of the database's still gets the tick it fired for (docs/slots.md).
+    # At most 30 s: half the shortest cron interval, so no request can reach past the next tick.
+    slot_early_grace: timedelta = Field(default=timedelta(seconds=1), ge=timedelta(0), le=timedelta(seconds=30))
 
     pool_min_size: int = Field(default=2, ge=0)
     # One process keeps only a few statements in flight; more connections add Postgres backends fighting for the

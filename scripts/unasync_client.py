@@ -70,6 +70,10 @@ The returned :class:`Lease` is a context manager that releases on exit. With ``k
 extends it every lock_at_most_for / 2 until release (lock_at_most_for must be >= 30s); ``on_lost`` is
 called if it is lost. A network failure raises :class:`ServiceUnavailable`; acquire is not retried, since
 a lost answer may have taken the lock (it then frees itself after lock_at_most_for).
+
+To run once per tick (docs/slots.md), give ``once_per`` (a cron schedule, read in ``once_per_timezone``,
+default UTC, on the database's clock) or a ``slot`` key of your own: a tick already completed raises
+:class:`SlotDone`, and ``lease.slot`` says which tick the lease runs.
 """,
     "LockClient.scheduler_lock": """\
 Decorate a job so it runs only under the lock, like ShedLock's ``@SchedulerLock``.
@@ -77,12 +81,17 @@ Decorate a job so it runs only under the lock, like ShedLock's ``@SchedulerLock`
 When the lock is held the call is skipped: it returns None and logs at INFO who holds it. It never waits.
 When the service is unavailable, ``on_unavailable`` (default: the client's, fail-closed) decides. For
 ``async def`` jobs use :meth:`AsyncLockClient.scheduler_lock`.
+
+With ``once_per`` (a cron schedule, in ``once_per_timezone``), the job runs at most once per tick when it
+finishes: a tick already completed is skipped too, and a job that raises leaves its tick open for another
+node (docs/slots.md).
 """,
     "Lease": """\
 A lock held by this process. ``with lease:`` releases it on exit, also when the body raises.
 
 Release honours lock_at_least_for (the server keeps the lock until locked_at + lock_at_least_for). A release
-that fails on exit is logged, not raised: the lock then frees itself at ``lock_until``.
+that fails on exit is logged, not raised: the lock then frees itself at ``lock_until``. A body that raised
+releases with ``completed=False``: the lease's slot, if it has one, stays open for another run.
 """,
 }
 

@@ -26,6 +26,7 @@ OTHER_VARIABLES = {
     "SCHEDLOCK_TOKEN": "client/src/schedlock/_base.py",
     "SCHEDLOCK_LOCK_NAME": "client/src/schedlock/_run.py",
     "SCHEDLOCK_FENCING_TOKEN": "client/src/schedlock/_run.py",
+    "SCHEDLOCK_SLOT": "client/src/schedlock/_run.py",
     "SCHEDLOCK_TEST_DATABASE_URL": "tests/conftest.py",
 }
 VARIABLE = re.compile(r"\bSCHEDLOCK_[A-Z][A-Z0-9_]*[A-Z0-9]\b")

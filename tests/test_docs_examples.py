@@ -11,7 +11,8 @@
 - ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
   logs; ```promql may name only metrics the server exports; ```text is prose in a box.
 
-The examples share one server on a table of their own, so their outputs do not depend on what other tests did.
+Each page's examples run in the page's order against a server on a table of the page's own, so their outputs depend
+neither on what other tests did nor on the order pytest runs the pages in.
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ def assert_printed(block: Block, out: str) -> None:
         pytest.fail(f"{block.id}: printed more than its output comments show:\n{out}")
 
 
-@pytest.fixture(scope="module")
-def docs_server(database_url: str) -> Iterator[tuple[LiveServer, Settings]]:
+@contextlib.contextmanager
+def server_on_a_fresh_table(database_url: str) -> Iterator[tuple[LiveServer, Settings]]:
     schema = f"docs_{uuid.uuid4().hex[:10]}"
     settings = make_settings(database_url, f"{schema}.shedlock")
     migrate.upgrade(settings)
@@ -139,6 +140,12 @@ def docs_server(database_url: str) -> Iterator[tuple[LiveServer, Settings]]:
     finally:
         stop_server(server)
         drop_schema(database_url, schema)
+
+
+@pytest.fixture(scope="module")
+def docs_server(database_url: str) -> Iterator[tuple[LiveServer, Settings]]:
+    with server_on_a_fresh_table(database_url) as pair:
+        yield pair
 
 
 def run_sh(block: Block, server: LiveServer, settings: Settings, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -205,23 +212,32 @@ def test_the_readme_curl_session_runs_as_pasted(docs_server: tuple[LiveServer, S
     assert seconds(lease["locked_at"], released["lock_until"]) == 5 * 60
 
 
-@pytest.mark.parametrize(
-    "block", [b for b in blocks("sh") if not keyed(EXCLUDED, b) and not keyed(DEDICATED, b)], ids=lambda b: b.id
-)
-def test_sh_example_runs(block: Block, docs_server: tuple[LiveServer, Settings], tmp_path: Path) -> None:
-    assert_runs(block, *docs_server, tmp_path)
+def runnable(block: Block) -> bool:
+    if block.language == "sh":
+        return not keyed(EXCLUDED, block) and not keyed(DEDICATED, block)
+    return block.language == "python"
 
 
-@pytest.mark.parametrize("block", blocks("python"), ids=lambda b: b.id)
-def test_python_example_runs(
-    block: Block, docs_server: tuple[LiveServer, Settings], monkeypatch: pytest.MonkeyPatch
+PAGES = sorted({block.path for block in blocks() if runnable(block)})
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(ROOT).as_posix())
+def test_the_page_examples_run_in_order(
+    page: Path, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SCHEDLOCK_URL", docs_server[0].url)
+    """A page's python and sh blocks, in the page's order (a later block may build on an earlier one's locks, as a
+    reader pasting them would), against a server on a table of the page's own."""
     monkeypatch.delenv("SCHEDLOCK_TOKEN", raising=False)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(block.code, block.id, "exec"), {"__name__": "__docs__"})
-    assert_printed(block, out.getvalue())
+    with server_on_a_fresh_table(database_url) as (server, settings):
+        monkeypatch.setenv("SCHEDLOCK_URL", server.url)
+        for block in [b for b in blocks() if b.path == page and runnable(b)]:
+            if block.language == "sh":
+                assert_runs(block, server, settings, tmp_path)
+                continue
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):  # each block in a fresh namespace: a fragment fails
+                exec(compile(block.code, block.id, "exec"), {"__name__": "__docs__"})
+            assert_printed(block, out.getvalue())
 
 
 def test_quoted_snippets_are_excerpts_of_the_examples() -> None:

@@ -33,10 +33,19 @@ class LockHeldDetail(_Named):
     db_time: UtcTime
 
 
-class LockHeldError(BaseModel):
-    """409 from acquire: someone holds the lock. Skip this run; do not wait."""
+class SlotDoneDetail(_Named):
+    code: Literal["slot_done"]
+    slot: str = Field(description="The slot asked for: the name's last completed slot (docs/slots.md).")
+    completed_at: UtcTime = Field(description="When a holder released that slot as completed.")
+    locked_by: str = Field(description="The holder that completed it, as it gave itself at acquisition.")
+    db_time: UtcTime
 
-    error: LockHeldDetail
+
+class LockHeldError(BaseModel):
+    """409 from acquire: skip this run, do not wait. `lock_held`: someone holds the lock; `slot_done`: the tick
+    asked for (`slot` or `schedule`) already ran."""
+
+    error: LockHeldDetail | SlotDoneDetail = Field(discriminator="code")
 
 
 class NotHolderDetail(_Named):

@@ -17,12 +17,16 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import Scope
 
 from app.errors import InternalError, InvalidRequest, MethodNotAllowed, RouteNotFound, SchedlockError
 
 logger = logging.getLogger("schedlock.errors")
 
 CLIENT_CLOSED_REQUEST = 499
+#: The scope key under which the code of a known error is noted, for the observer (a 409 may be lock_held or
+#: slot_done: app.api.middleware.observe counts them apart).
+ERROR_CODE_KEY = "schedlock.error_code"
 
 
 def client_closed_response() -> Response:
@@ -53,10 +57,12 @@ def _describe_validation(exc: RequestValidationError) -> InvalidRequest:
     return InvalidRequest(f"{first['field']}: {first['message']}", field=first["field"], problems=problems)
 
 
-def known_error_response(exc: Exception) -> Response | None:
+def known_error_response(exc: Exception, scope: Scope | None = None) -> Response | None:
     """The response for a domain error, a validation error or a client gone mid-body; None for anything else (a bug:
-    500)."""
+    500). A domain error's code is noted in ``scope`` (ERROR_CODE_KEY), when given."""
     if isinstance(exc, SchedlockError):
+        if scope is not None:
+            scope[ERROR_CODE_KEY] = exc.code
         return error_response(exc)
     if isinstance(exc, RequestValidationError):
         return error_response(_describe_validation(exc))
@@ -66,7 +72,7 @@ def known_error_response(exc: Exception) -> Response | None:
 
 
 async def _handle_known_error(request: Request, exc: Exception) -> Response:
-    response = known_error_response(exc)
+    response = known_error_response(exc, request.scope)
     assert response is not None
     return response
 

@@ -9,6 +9,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from app.locking.durations import DurationError, parse_duration
 from app.locking.names import CONTROL_CHARS, HOLDER_MAX
+from app.locking.schedules import SCHEDULE_MAX, TIMEZONE_MAX
+from app.locking.slots import SLOT_FORBIDDEN, SLOT_MAX
 from app.locking.timefmt import format_time
 
 
@@ -55,6 +57,19 @@ def _check_holder(value: Any) -> Any:
     return value
 
 
+def _check_slot(value: Any) -> Any:
+    # As _check_holder; lone surrogates too, which a JSON parser may let through and no database can store.
+    if isinstance(value, str) and SLOT_FORBIDDEN.search(value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _absent(value: Any) -> bool:
+    # Fields added for slots are left out rather than null when they do not apply: an answer to a request that
+    # uses no slot is exactly what it was before slots existed.
+    return value is None
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -75,10 +90,38 @@ class AcquireRequest(_Body):
         max_length=HOLDER_MAX,
         description="Free text for humans (host, job, pod); recorded in locked_by.",
     )
+    slot: Annotated[str | None, BeforeValidator(_check_slot)] = Field(
+        default=None,
+        min_length=1,
+        max_length=SLOT_MAX,
+        description="Run once per tick: a tick key of the caller's choosing (1-64 characters, no control "
+        "characters). If it is the name's last completed slot, the answer is 409 `slot_done`. Not with `schedule`.",
+        examples=["2026-11-30T03:00"],
+    )
+    schedule: Annotated[str | None, BeforeValidator(_check_slot)] = Field(
+        default=None,
+        min_length=1,
+        max_length=SCHEDULE_MAX,
+        description="Run once per tick of this cron schedule (5 fields, or @hourly, @daily, ...): the slot is its "
+        "latest tick at or before the database's now (docs/slots.md). Not with `slot`.",
+        examples=["0 3 * * *"],
+    )
+    timezone: Annotated[str | None, BeforeValidator(_check_slot)] = Field(
+        default=None,
+        min_length=1,
+        max_length=TIMEZONE_MAX,
+        description="IANA time zone the `schedule` is read in (default UTC); DST as Debian's cron.",
+        examples=["Europe/Berlin"],
+    )
 
 
 class ReleaseRequest(_Body):
     token: str = Field(min_length=1, max_length=256, description="The lease token returned by acquire.")
+    completed: bool = Field(
+        default=True,
+        description="For a lease with a slot: true (the job finished) records the slot as the name's last "
+        "completed slot; false (it failed) leaves the tick open for another run. A later release changes nothing.",
+    )
 
 
 class ExtendRequest(_Body):
@@ -101,6 +144,11 @@ class AcquireResponse(BaseModel):
     lock_until: UtcTime
     locked_by: str = Field(description="Holder text plus a unique lease id; never a bare hostname.")
     db_time: UtcTime
+    slot: str | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="The tick this lease runs (`slot`, or computed from `schedule`); absent without one.",
+    )
 
 
 class ReleaseResponse(BaseModel):
@@ -108,6 +156,10 @@ class ReleaseResponse(BaseModel):
     released: bool = True
     lock_until: UtcTime = Field(description="max(now, locked_at + lock_at_least_for).")
     db_time: UtcTime
+    slot: str | None = Field(default=None, exclude_if=_absent, description="The lease's slot; absent without one.")
+    completed: bool | None = Field(
+        default=None, exclude_if=_absent, description="Whether that slot is now done; absent without a slot."
+    )
 
 
 class ExtendResponse(BaseModel):
@@ -126,6 +178,14 @@ class LockView(BaseModel):
     lock_until: UtcTime
     held: bool = Field(description="lock_until is later than the database's now.")
     fencing_token: int
+    last_completed_slot: str | None = Field(
+        default=None,
+        exclude_if=_absent,
+        description="The last slot a holder released as completed; absent when none (docs/slots.md).",
+    )
+    last_completed_at: UtcTime | None = Field(
+        default=None, exclude_if=_absent, description="When that slot was completed; absent when none."
+    )
 
 
 class LockResponse(LockView):

@@ -107,7 +107,9 @@ def _error(
 HELD = _error(
     409,
     LockHeldError,
-    "`lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when.",
+    "`lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when. "
+    "`slot_done` (with `slot` or `schedule`): the requested slot is the name's last completed one; `slot`, "
+    "`completed_at` and `locked_by` say which, when and by whom. Either way: skip this run.",
     {
         "code": "lock_held",
         "message": f"'{NAME}' is held by '{LOCKED_BY}' until {LOCK_UNTIL}",

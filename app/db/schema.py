@@ -22,6 +22,19 @@ EXTRA_COLUMNS_DDL = {
     "lock_at_least_for": "INTERVAL NULL",
 }
 
+#: Migration 0003's columns, for runs once per schedule tick (docs/slots.md). TEXT, not VARCHAR: the API bounds the
+#: key (1-64 characters), and an adopted table keeps ShedLock's only VARCHARs.
+SLOT_COLUMNS_DDL = {
+    # The tick the current schedlock lease runs; NULL for a lease without one, and cleared when a Java node takes
+    # the row over (the slot trigger), as the fencing trigger clears lease_token_hash.
+    "slot": "TEXT NULL",
+    # The last tick a holder released as completed, when (database UTC) and by whom (its locked_by). Never cleared:
+    # an acquire of that same tick answers slot_done.
+    "last_completed_slot": "TEXT NULL",
+    "last_completed_at": "TIMESTAMP NULL",
+    "last_completed_by": "TEXT NULL",
+}
+
 
 def lock_table(name: str, schema: str | None) -> sa.Table:
     """The table as ShedLock creates it (four columns), for CREATE TABLE when it is missing."""

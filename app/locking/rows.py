@@ -11,7 +11,10 @@ from app.locking.timefmt import as_utc_naive
 #: The database's now, in UTC: every time schedlock writes or compares comes from here (ShedLock's usingDbTime()).
 NOW = "timezone('utc', CURRENT_TIMESTAMP)"
 #: The columns every statement returns, in LockRow's order.
-ROW = "name, locked_by, locked_at, lock_until, fencing_token"
+ROW = (
+    "name, locked_by, locked_at, lock_until, fencing_token, slot, last_completed_slot, last_completed_at, "
+    "last_completed_by"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,12 @@ class LockRow:
     lock_until: datetime
     fencing_token: int
     db_time: datetime
+    #: The tick the current lease runs (docs/slots.md); None without one.
+    slot: str | None = None
+    #: The last tick a holder released as completed: when (database UTC) and by whom (its locked_by).
+    last_completed_slot: str | None = None
+    last_completed_at: datetime | None = None
+    last_completed_by: str | None = None
 
     @property
     def held(self) -> bool:
@@ -49,4 +58,8 @@ def row_from(record: Any) -> LockRow:
         record["lock_until"],
         record["fencing_token"],
         record["db_time"],
+        record["slot"],
+        record["last_completed_slot"],
+        record["last_completed_at"],
+        record["last_completed_by"],
     )

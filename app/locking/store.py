@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from app.db.schema import qualified_name
 from app.db.statements import fetch
-from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, StorageUnavailable
+from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, SlotDone, StorageUnavailable
+from app.locking import slots
 from app.locking.leases import hash_token, new_token, released_marker
 from app.locking.listing import list_query
 from app.locking.rows import NOW, ROW, Lease, LockRow, Page, row_from
@@ -48,24 +49,29 @@ class LockStore:
         # the second branch reports the holder (the statement's snapshot; see _acquire_fallback).
         self._acquire_sql = f"""
             WITH taken AS (
-              INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for)
-              VALUES ($1, {NOW} + $2::interval, {NOW}, $3, $4, $5::interval)
+              INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot)
+              VALUES ($1, {NOW} + $2::interval, {NOW}, $3, $4, $5::interval, NULL)
               ON CONFLICT (name) DO UPDATE SET
                 lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at,
                 locked_by = EXCLUDED.locked_by, lease_token_hash = EXCLUDED.lease_token_hash,
-                lock_at_least_for = EXCLUDED.lock_at_least_for
+                lock_at_least_for = EXCLUDED.lock_at_least_for, slot = NULL
               WHERE l.lock_until <= {NOW}
               RETURNING {ROW})
             SELECT true AS ok, {ROW}, {NOW} AS db_time FROM taken
             UNION ALL
             SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM taken)"""
         # Never earlier than locked_at + lock_at_least_for; a second release with the same token changes nothing.
+        # The first release of a lease with a slot, if the job completed ($4), records the slot (docs/slots.md).
+        completes = "lease_token_hash = $2 AND $4::boolean AND slot IS NOT NULL"
         self._release_sql = f"""
             WITH done AS (
               UPDATE {t} SET
                 lock_until = CASE WHEN lease_token_hash = $3 THEN lock_until
                   ELSE GREATEST({NOW}, locked_at + COALESCE(lock_at_least_for, interval '0')) END,
-                lease_token_hash = $3
+                lease_token_hash = $3,
+                last_completed_slot = CASE WHEN {completes} THEN slot ELSE last_completed_slot END,
+                last_completed_at = CASE WHEN {completes} THEN {NOW} ELSE last_completed_at END,
+                last_completed_by = CASE WHEN {completes} THEN locked_by ELSE last_completed_by END
               WHERE name = $1 AND lease_token_hash IN ($2, $3)
               RETURNING {ROW})
             SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
@@ -83,6 +89,9 @@ class LockStore:
             SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
         self._get_sql = f"SELECT {ROW}, {NOW} AS db_time FROM {t} WHERE name = $1"
         self._count_held_sql = f"SELECT count(*) AS n FROM {t} WHERE lock_until > {NOW}"
+        self._slot_sql = slots.acquire_sql(t)
+        #: The database's now as last seen, from which the slotted acquire lists its candidate ticks.
+        self.db_clock = slots.DbClock()
 
     async def _fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
         observe = self._observe
@@ -122,9 +131,48 @@ class LockStore:
                 raise LockHeld(f"{name!r} is held", name=name) from None
         raise _held(name, current)
 
-    async def release(self, name: str, token: str) -> LockRow:
+    async def acquire_slot(
+        self,
+        name: str,
+        lock_at_most_for: timedelta,
+        lock_at_least_for: timedelta,
+        locked_by: str,
+        choose: Callable[[datetime], slots.Candidates],
+    ) -> Lease:
+        """Take the lock for a slot (app.locking.slots), ``choose`` listing the candidate slots around an estimate
+        of the database's now. Raise SlotDone if the slot the statement picked is the last completed one (whether
+        or not the lock is held), LockHeld if it is held."""
+        token = new_token()
+        for _ in range(slots.ATTEMPTS):
+            candidates = choose(self.db_clock.now())
+            rows = await self._fetch(
+                "acquire",
+                self._slot_sql,
+                *(name, lock_at_most_for, locked_by, hash_token(token), lock_at_least_for, *candidates.args()),
+            )
+            answer = rows[0]
+            self.db_clock.learn(answer["db_time"])
+            if answer["picked"] is not None:
+                break
+        else:
+            raise StorageUnavailable("acquire: the database's clock kept moving away from the ticks listed; retry")
+        if answer["ok"]:
+            return Lease(row_from(answer), token)
+        if answer["name"] is not None:
+            current = row_from(answer)
+        else:  # a row inserted after the statement's snapshot was taken: read it
+            try:
+                current = await self.get(name)
+            except LockNotFound:
+                raise LockHeld(f"{name!r} is held", name=name) from None
+        if current.last_completed_slot == answer["picked"]:
+            raise _slot_done(name, current)
+        raise _held(name, current)
+
+    async def release(self, name: str, token: str, completed: bool = True) -> LockRow:
+        """End the lease; ``completed`` (the job finished) records its slot, if it has one, as completed."""
         token_hash = hash_token(token)
-        rows = await self._fetch("release", self._release_sql, name, token_hash, released_marker(token_hash))
+        rows = await self._fetch("release", self._release_sql, name, token_hash, released_marker(token_hash), completed)
         return self._outcome(name, rows, "release")
 
     async def extend(
@@ -184,6 +232,19 @@ class LockStore:
                 name=name,
             )
         return row
+
+
+def _slot_done(name: str, current: LockRow) -> SlotDone:
+    completed_at = format_time(current.last_completed_at) if current.last_completed_at is not None else None
+    return SlotDone(
+        f"slot {current.last_completed_slot!r} of {name!r} was completed at {completed_at} "
+        f"by {current.last_completed_by!r}",
+        name=name,
+        slot=current.last_completed_slot,
+        completed_at=completed_at,
+        locked_by=current.last_completed_by,
+        db_time=format_time(current.db_time),
+    )
 
 
 def _held(name: str, current: LockRow) -> LockHeld:

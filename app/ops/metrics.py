@@ -39,7 +39,7 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 #: Every outcome each lock operation can have; all are exported from the start (at 0) so rate() works at once.
 LOCK_OUTCOMES: dict[str, tuple[str, ...]] = {
-    "acquire": ("acquired", "held", "invalid", "denied", "error"),
+    "acquire": ("acquired", "held", "slot_done", "invalid", "denied", "error"),
     "release": ("released", "not_holder", "not_found", "invalid", "denied", "error"),
     "extend": ("extended", "not_holder", "not_found", "invalid", "denied", "error"),
 }
@@ -64,8 +64,8 @@ class Metrics:
         )
         self.lock_operations = Counter(
             "schedlock_lock_operations",
-            "Lock operations by outcome. acquire: acquired|held (skip the run)|...; extend not_holder: the lease "
-            "was lost. invalid: 4xx bad input; denied: 401/403; error: 5xx.",
+            "Lock operations by outcome. acquire: acquired|held (skip the run)|slot_done (skip: the tick already "
+            "ran)|...; extend not_holder: the lease was lost. invalid: 4xx bad input; denied: 401/403; error: 5xx.",
             ["operation", "outcome"],
             registry=r,
         )

@@ -8,6 +8,10 @@
 // cannot be asked, the job is not run either and err wraps ErrUnavailable (fail-closed: nobody runs while the
 // lock's state is unknown). A request the service rejects (bad name or duration, missing or wrong token) is an
 // *APIError, never mistaken for "held". The URL and the API token come from SCHEDLOCK_URL and SCHEDLOCK_TOKEN.
+//
+// Once per tick (docs/slots.md): RunTick with Tick{OncePer: "0 3 * * *", Timezone: "Europe/Berlin"} (or a key of
+// your own, Tick{Slot: "2026-11-30"}) runs the job at most once per tick of the schedule, by the database's clock:
+// a tick already done is skipped like a held lock, and a job that fails leaves its tick open for another node.
 package schedlock
 
 import (
@@ -30,6 +34,8 @@ import (
 var (
 	// ErrHeld: another holder has the lock (errors.As gives the *HeldError, with who holds it until when).
 	ErrHeld = errors.New("schedlock: lock held")
+	// ErrDone: the tick asked for was already completed (errors.As gives the *DoneError, with when and by whom).
+	ErrDone = errors.New("schedlock: tick already done")
 	// ErrLost: the lease expired and may have been taken over; extending it is refused.
 	ErrLost = errors.New("schedlock: lease lost")
 	// ErrNotFound: no lock of that name exists.
@@ -53,6 +59,30 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// DoneError says which tick was completed, when and by whom; errors.Is(err, ErrDone) is true for it.
+type DoneError struct {
+	Name        string
+	Slot        string
+	CompletedAt time.Time
+	LockedBy    string
+}
+
+func (e *DoneError) Error() string {
+	return fmt.Sprintf("schedlock: tick %s of %s was completed at %s by %s", e.Slot, e.Name,
+		e.CompletedAt.Format(time.RFC3339), e.LockedBy)
+}
+
+// Is makes errors.Is(err, ErrDone) true.
+func (e *DoneError) Is(target error) bool { return target == ErrDone }
+
+// Tick asks for a run once per tick: OncePer is a cron schedule (read in Timezone, default UTC) whose latest tick
+// the service computes on the database's clock; Slot is a tick key of your own instead. The zero Tick asks for none.
+type Tick struct {
+	OncePer  string
+	Timezone string
+	Slot     string
+}
 
 // APIError is a request the service rejected: 422 invalid_request, 401 unauthorized, 403 forbidden, ...
 type APIError struct {
@@ -86,6 +116,7 @@ type Lease struct {
 	FencingToken int64 // strictly increases with every acquisition of Name: hand it to what the job writes
 	LockedAt     time.Time
 	LockedBy     string
+	Slot         string // the tick this lease runs; empty without one
 
 	client    *Client
 	token     string
@@ -102,6 +133,9 @@ type Lock struct {
 	LockUntil    time.Time `json:"lock_until"`
 	Held         bool      `json:"held"`
 	FencingToken int64     `json:"fencing_token"`
+	// The last tick a holder completed, and when (empty and nil while there is none).
+	LastCompletedSlot string     `json:"last_completed_slot"`
+	LastCompletedAt   *time.Time `json:"last_completed_at"`
 }
 
 // TryLock takes the lock with FromEnv's client. See Client.TryLock.
@@ -114,9 +148,20 @@ func Run(ctx context.Context, name string, atMost, atLeast time.Duration, job fu
 	return FromEnv().Run(ctx, name, atMost, atLeast, job)
 }
 
+// RunTick runs job at most once per tick, with FromEnv's client. See Client.RunTick.
+func RunTick(ctx context.Context, name string, atMost time.Duration, tick Tick, job func(context.Context) error) (bool, error) {
+	return FromEnv().RunTick(ctx, name, atMost, 0, tick, job)
+}
+
 // TryLock takes the lock, or returns a *HeldError (errors.Is(err, ErrHeld)) at once when another holder has it.
 // atMost bounds how long a crashed holder blocks others; the lock is kept at least atLeast after it is taken.
 func (c *Client) TryLock(ctx context.Context, name string, atMost, atLeast time.Duration) (*Lease, error) {
+	return c.TryLockTick(ctx, name, atMost, atLeast, Tick{})
+}
+
+// TryLockTick is TryLock for a tick: it also returns a *DoneError (errors.Is(err, ErrDone)) when the tick was
+// already completed, held or not.
+func (c *Client) TryLockTick(ctx context.Context, name string, atMost, atLeast time.Duration, tick Tick) (*Lease, error) {
 	var body struct {
 		Token        string    `json:"token"`
 		FencingToken int64     `json:"fencing_token"`
@@ -124,21 +169,31 @@ func (c *Client) TryLock(ctx context.Context, name string, atMost, atLeast time.
 		LockUntil    time.Time `json:"lock_until"`
 		LockedBy     string    `json:"locked_by"`
 		DBTime       time.Time `json:"db_time"`
+		Slot         string    `json:"slot"`
 	}
 	sent := time.Now()
 	request := map[string]string{
 		"lock_at_most_for": millis(atMost), "lock_at_least_for": millis(atLeast), "holder": c.holder(),
+	}
+	for key, value := range map[string]string{"schedule": tick.OncePer, "timezone": tick.Timezone, "slot": tick.Slot} {
+		if value != "" {
+			request[key] = value
+		}
 	}
 	err := c.call(ctx, http.MethodPost, lockPath(name)+"/acquire", request, &body)
 	var held *HeldError
 	if errors.As(err, &held) {
 		held.Name = name
 	}
+	var done *DoneError
+	if errors.As(err, &done) {
+		done.Name = name
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &Lease{
-		Name: name, FencingToken: body.FencingToken, LockedAt: body.LockedAt, LockedBy: body.LockedBy,
+		Name: name, FencingToken: body.FencingToken, LockedAt: body.LockedAt, LockedBy: body.LockedBy, Slot: body.Slot,
 		client: c, token: body.Token, lockUntil: body.LockUntil, deadline: sent.Add(body.LockUntil.Sub(body.DBTime)),
 	}, nil
 }
@@ -147,22 +202,35 @@ func (c *Client) TryLock(ctx context.Context, name string, atMost, atLeast time.
 // until LockedAt + atLeast). When the lock is held, job does not run: (false, nil). When the service is
 // unavailable, job does not run and the error wraps ErrUnavailable. Inside job, AssertLocked(ctx) finds the lease.
 func (c *Client) Run(ctx context.Context, name string, atMost, atLeast time.Duration, job func(context.Context) error) (bool, error) {
-	lease, err := c.TryLock(ctx, name, atMost, atLeast)
+	return c.RunTick(ctx, name, atMost, atLeast, Tick{}, job)
+}
+
+// RunTick is Run for a tick: job does not run when the tick was already completed either ((false, nil), logged),
+// and a job that returns an error or panics leaves its tick open for another run.
+func (c *Client) RunTick(ctx context.Context, name string, atMost, atLeast time.Duration, tick Tick, job func(context.Context) error) (bool, error) {
+	lease, err := c.TryLockTick(ctx, name, atMost, atLeast, tick)
+	if errors.Is(err, ErrDone) {
+		log.Print(err)
+		return false, nil
+	}
 	if errors.Is(err, ErrHeld) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
+	completed := false
 	defer func() {
 		// A fresh context: ctx may be cancelled by now, and the release should still be sent.
 		releaseCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := lease.Release(releaseCtx); err != nil {
+		if err := lease.release(releaseCtx, completed); err != nil {
 			log.Printf("schedlock: could not release %s; it frees itself at %s: %v", name, lease.LockUntil(), err)
 		}
 	}()
-	return true, job(context.WithValue(ctx, leaseKey{}, lease))
+	err = job(context.WithValue(ctx, leaseKey{}, lease))
+	completed = err == nil
+	return true, err
 }
 
 // Extend moves LockUntil to the database's now + atMost. ErrLost when the lease expired (even if nobody took it).
@@ -206,11 +274,17 @@ func (l *Lease) live() bool {
 }
 
 // Release gives the lock back; the service keeps it until LockedAt + atLeast. Release is idempotent on the
-// service, so a failed attempt is retried (three attempts in about a second).
-func (l *Lease) Release(ctx context.Context) error {
+// service, so a failed attempt is retried (three attempts in about a second). A lease with a Slot completes it.
+func (l *Lease) Release(ctx context.Context) error { return l.release(ctx, true) }
+
+// ReleaseFailed is Release for a job that failed: the lease's Slot stays open for another run.
+func (l *Lease) ReleaseFailed(ctx context.Context) error { return l.release(ctx, false) }
+
+func (l *Lease) release(ctx context.Context, completed bool) error {
+	request := map[string]any{"token": l.token, "completed": completed}
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
-		err = l.client.call(ctx, http.MethodPost, lockPath(l.Name)+"/release", map[string]string{"token": l.token}, nil)
+		err = l.client.call(ctx, http.MethodPost, lockPath(l.Name)+"/release", request, nil)
 		var rejected *APIError
 		if errors.As(err, &rejected) && rejected.Code == "not_holder" {
 			err = nil // taken over after it expired: nothing left to release
@@ -313,10 +387,12 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	}
 	var failure struct {
 		Error *struct {
-			Code      string    `json:"code"`
-			Message   string    `json:"message"`
-			LockedBy  string    `json:"locked_by"`
-			LockUntil time.Time `json:"lock_until"`
+			Code        string    `json:"code"`
+			Message     string    `json:"message"`
+			LockedBy    string    `json:"locked_by"`
+			LockUntil   time.Time `json:"lock_until"`
+			Slot        string    `json:"slot"`
+			CompletedAt time.Time `json:"completed_at"`
 		} `json:"error"`
 	}
 	if response.StatusCode == http.StatusOK {
@@ -333,6 +409,9 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	}
 	if failure.Error.Code == "lock_held" {
 		return &HeldError{LockedBy: failure.Error.LockedBy, LockUntil: failure.Error.LockUntil}
+	}
+	if failure.Error.Code == "slot_done" {
+		return &DoneError{Slot: failure.Error.Slot, CompletedAt: failure.Error.CompletedAt, LockedBy: failure.Error.LockedBy}
 	}
 	return &APIError{Status: response.StatusCode, Code: failure.Error.Code, Message: failure.Error.Message}
 }

@@ -13,6 +13,11 @@
 // task is skipped too (fail-closed) and an ERROR is logged: nobody runs while the lock's state is unknown. A request
 // the service rejects (bad name or duration, missing or wrong token) throws LockRequestRejected: a configuration bug
 // is never mistaken for "held".
+//
+// Once per tick (docs/slots.md): executeWithLock(task, name, lockAtMostFor, Duration.ZERO, Tick.oncePer("0 3 * * *",
+// "Europe/Berlin")) runs the task at most once per tick of the schedule, by the database's clock: a tick already done
+// is skipped (SKIPPED_DONE), and a task that throws leaves its tick open for another node. Tick.slot(key) takes a
+// tick key of your own.
 
 import java.io.IOException;
 import java.net.URI;
@@ -32,7 +37,25 @@ import java.util.Optional;
 
 public final class SchedLock {
     /** What executeWithLock did with the task. */
-    public enum Outcome { EXECUTED, SKIPPED_HELD, SKIPPED_UNAVAILABLE }
+    public enum Outcome { EXECUTED, SKIPPED_HELD, SKIPPED_DONE, SKIPPED_UNAVAILABLE }
+
+    /** Which tick a run is for: a cron schedule's latest by the database's clock, or a key of your own. */
+    public record Tick(String schedule, String timezone, String slot) {
+        /** The latest tick of a cron schedule (5 fields, or @daily, ...) in UTC. */
+        public static Tick oncePer(String schedule) { return new Tick(schedule, null, null); }
+
+        /** The latest tick of a cron schedule read in an IANA time zone (DST as Debian's cron). */
+        public static Tick oncePer(String schedule, String timezone) { return new Tick(schedule, timezone, null); }
+
+        /** A tick key of your own, 1-64 characters: "2026-11-30", "batch-42". */
+        public static Tick slot(String key) { return new Tick(null, null, key); }
+
+        private String json() {
+            return (schedule == null ? "" : ",\"schedule\":" + quote(schedule))
+                    + (timezone == null ? "" : ",\"timezone\":" + quote(timezone))
+                    + (slot == null ? "" : ",\"slot\":" + quote(slot));
+        }
+    }
 
     private static final System.Logger LOG = System.getLogger(SchedLock.class.getName());
     // The leases of the tasks running on this thread, innermost last: what assertLocked() checks.
@@ -59,24 +82,33 @@ public final class SchedLock {
 
     /** Runs task under the lock `name`, or skips it: ShedLock's executeWithLock(task, lockConfiguration). */
     public Outcome executeWithLock(Runnable task, String name, Duration lockAtMostFor, Duration lockAtLeastFor) {
-        Optional<Lease> lease;
+        return executeWithLock(task, name, lockAtMostFor, lockAtLeastFor, null);
+    }
+
+    /** executeWithLock at most once per tick: a tick already completed is SKIPPED_DONE (tick null: no tick). */
+    public Outcome executeWithLock(
+            Runnable task, String name, Duration lockAtMostFor, Duration lockAtLeastFor, Tick tick) {
+        Attempt attempt;
         try {
-            lease = tryLock(name, lockAtMostFor, lockAtLeastFor);
+            attempt = attempt(name, lockAtMostFor, lockAtLeastFor, tick);
         } catch (LockServiceUnavailable e) {
             LOG.log(System.Logger.Level.ERROR, "lock service unavailable, {0} not run: {1}", name, e.getMessage());
             return Outcome.SKIPPED_UNAVAILABLE;
         }
-        if (lease.isEmpty()) {
-            return Outcome.SKIPPED_HELD;
+        if (attempt.lease == null) {
+            return attempt.skipped;
         }
         Deque<Lease> current = CURRENT.get();
-        current.addLast(lease.get());
+        current.addLast(attempt.lease);
+        boolean completed = false;
         try {
             task.run();
+            completed = true;
             return Outcome.EXECUTED;
         } finally {
             current.removeLast();
-            lease.get().releaseQuietly(); // also when the task threw: the lock stays until locked_at + lockAtLeastFor
+            // Also when the task threw (the lock stays until locked_at + lockAtLeastFor), leaving its tick open.
+            attempt.lease.releaseQuietly(completed);
         }
     }
 
@@ -97,19 +129,37 @@ public final class SchedLock {
 
     /** Takes the lock, or returns empty at once when another holder has it. */
     public Optional<Lease> tryLock(String name, Duration lockAtMostFor, Duration lockAtLeastFor) {
+        return tryLock(name, lockAtMostFor, lockAtLeastFor, null);
+    }
+
+    /** tryLock for a tick: also empty when the tick was already completed, held or not. */
+    public Optional<Lease> tryLock(String name, Duration lockAtMostFor, Duration lockAtLeastFor, Tick tick) {
+        return Optional.ofNullable(attempt(name, lockAtMostFor, lockAtLeastFor, tick).lease);
+    }
+
+    private record Attempt(Lease lease, Outcome skipped) {}
+
+    private Attempt attempt(String name, Duration lockAtMostFor, Duration lockAtLeastFor, Tick tick) {
         String holder = "java on " + hostname() + " pid " + ProcessHandle.current().pid();
         String body = "{\"lock_at_most_for\":" + quote(lockAtMostFor.toString())
-                + ",\"lock_at_least_for\":" + quote(lockAtLeastFor.toString()) + ",\"holder\":" + quote(holder) + "}";
+                + ",\"lock_at_least_for\":" + quote(lockAtLeastFor.toString()) + ",\"holder\":" + quote(holder)
+                + (tick == null ? "" : tick.json()) + "}";
         long sentAt = System.nanoTime();
         Reply reply = call("POST", lockPath(name) + "/acquire", body);
         if (reply.status == 409 && "lock_held".equals(reply.code())) {
             Map<String, Object> error = reply.error();
             LOG.log(System.Logger.Level.INFO, "{0} is held by {1} until {2}: skipped",
                     name, error.get("locked_by"), error.get("lock_until"));
-            return Optional.empty();
+            return new Attempt(null, Outcome.SKIPPED_HELD);
+        }
+        if (reply.status == 409 && "slot_done".equals(reply.code())) {
+            Map<String, Object> error = reply.error();
+            LOG.log(System.Logger.Level.INFO, "{0}: the tick {1} was completed at {2}: skipped",
+                    name, error.get("slot"), error.get("completed_at"));
+            return new Attempt(null, Outcome.SKIPPED_DONE);
         }
         reply.expect(200);
-        return Optional.of(new Lease(this, name, reply.body, sentAt));
+        return new Attempt(new Lease(this, name, reply.body, sentAt), null);
     }
 
     /** The lock's row (GET /v1/locks/{name}), or empty when no such lock exists. */
@@ -143,6 +193,7 @@ public final class SchedLock {
         private final String name;
         private final String token;
         private final long fencingToken;
+        private final String slot;
         private volatile Instant lockUntil;
         private volatile long deadlineNanos; // lock_until on this machine's monotonic clock: immune to clock skew
         private volatile boolean released;
@@ -152,10 +203,14 @@ public final class SchedLock {
             this.name = name;
             this.token = (String) acquired.get("token");
             this.fencingToken = ((Number) acquired.get("fencing_token")).longValue();
+            this.slot = (String) acquired.get("slot");
             update(acquired, sentAt);
         }
 
         public String name() { return name; }
+
+        /** The tick this lease runs (a Tick's), or null. */
+        public String slot() { return slot; }
 
         /** Strictly increases with every acquisition of this name: hand it to what the task writes. */
         public long fencingToken() { return fencingToken; }
@@ -177,8 +232,11 @@ public final class SchedLock {
         }
 
         /** Releases the lock; it stays held until locked_at + lockAtLeastFor. Idempotent, so it retries. */
-        public void release() {
-            String body = "{\"token\":" + quote(token) + "}";
+        public void release() { release(true); }
+
+        /** Releases the lock; completed false (the task failed) leaves the lease's tick open for another run. */
+        public void release(boolean completed) {
+            String body = "{\"token\":" + quote(token) + ",\"completed\":" + completed + "}";
             for (int attempt = 1; ; attempt++) {
                 try {
                     Reply reply = client.call("POST", lockPath(name) + "/release", body);
@@ -199,9 +257,9 @@ public final class SchedLock {
         @Override
         public void close() { release(); }
 
-        private void releaseQuietly() {
+        private void releaseQuietly(boolean completed) {
             try {
-                release();
+                release(completed);
             } catch (RuntimeException e) {
                 LOG.log(System.Logger.Level.WARNING, "could not release {0}; it frees itself at {1}: {2}",
                         name, lockUntil, e.getMessage());

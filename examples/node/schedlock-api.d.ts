@@ -15,7 +15,7 @@ export interface paths {
         put?: never;
         /**
          * Acquire a lock, or learn it is held (never waits)
-         * @description Takes the lock if nobody holds it or the holder's `lock_until` has passed, using the database's clock. A held lock answers 409 at once, with the holder: the caller should skip this run, not wait. The `token` is needed to release or extend, and is shown only here.
+         * @description Takes the lock if nobody holds it or the holder's `lock_until` has passed, using the database's clock. A held lock answers 409 at once, with the holder: the caller should skip this run, not wait. The `token` is needed to release or extend, and is shown only here. With `slot` or `schedule`, a tick already completed answers 409 `slot_done` instead, whether or not the lock is held (docs/slots.md).
          */
         post: operations["acquireLock"];
         delete?: never;
@@ -35,7 +35,7 @@ export interface paths {
         put?: never;
         /**
          * Release a lease
-         * @description Ends the lease: `lock_until` becomes max(now, locked_at + lock_at_least_for), so the at-least window given at acquisition still holds. Works while the row still carries this lease, even after it expired; releasing twice is harmless.
+         * @description Ends the lease: `lock_until` becomes max(now, locked_at + lock_at_least_for), so the at-least window given at acquisition still holds. Works while the row still carries this lease, even after it expired; releasing twice is harmless. For a lease with a slot, `completed` (default true) says whether the job finished: only then is the slot done (docs/slots.md).
          */
         post: operations["releaseLock"];
         delete?: never;
@@ -186,6 +186,24 @@ export interface components {
              * @description Free text for humans (host, job, pod); recorded in locked_by.
              */
             holder?: string | null;
+            /**
+             * Slot
+             * @description Run once per tick: a tick key of the caller's choosing (1-64 characters, no control characters). If it is the name's last completed slot, the answer is 409 `slot_done`. Not with `schedule`.
+             * @example 2026-11-30T03:00
+             */
+            slot?: string | null;
+            /**
+             * Schedule
+             * @description Run once per tick of this cron schedule (5 fields, or @hourly, @daily, ...): the slot is its latest tick at or before the database's now (docs/slots.md). Not with `slot`.
+             * @example 0 3 * * *
+             */
+            schedule?: string | null;
+            /**
+             * Timezone
+             * @description IANA time zone the `schedule` is read in (default UTC); DST as Debian's cron.
+             * @example Europe/Berlin
+             */
+            timezone?: string | null;
         };
         /** AcquireResponse */
         AcquireResponse: {
@@ -232,6 +250,11 @@ export interface components {
              * @example 2026-11-29T03:00:00.000Z
              */
             db_time: string;
+            /**
+             * Slot
+             * @description The tick this lease runs (`slot`, or computed from `schedule`); absent without one.
+             */
+            slot?: string | null;
         };
         /** ExtendRequest */
         ExtendRequest: {
@@ -354,8 +377,8 @@ export interface components {
         /** LockHeldDetail */
         LockHeldDetail: {
             /**
-             * Code
-             * @constant
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
              */
             code: "lock_held";
             /**
@@ -397,10 +420,12 @@ export interface components {
         };
         /**
          * LockHeldError
-         * @description 409 from acquire: someone holds the lock. Skip this run; do not wait.
+         * @description 409 from acquire: skip this run, do not wait. `lock_held`: someone holds the lock; `slot_done`: the tick
+         *     asked for (`slot` or `schedule`) already ran.
          */
         LockHeldError: {
-            error: components["schemas"]["LockHeldDetail"];
+            /** Error */
+            error: components["schemas"]["LockHeldDetail"] | components["schemas"]["SlotDoneDetail"];
         };
         /** LockList */
         LockList: {
@@ -472,6 +497,16 @@ export interface components {
             /** Fencing Token */
             fencing_token: number;
             /**
+             * Last Completed Slot
+             * @description The last slot a holder released as completed; absent when none (docs/slots.md).
+             */
+            last_completed_slot?: string | null;
+            /**
+             * Last Completed At
+             * @description When that slot was completed; absent when none.
+             */
+            last_completed_at?: string | null;
+            /**
              * Db Time
              * Format: date-time
              * @description UTC, millisecond precision, from the database clock.
@@ -506,6 +541,16 @@ export interface components {
             held: boolean;
             /** Fencing Token */
             fencing_token: number;
+            /**
+             * Last Completed Slot
+             * @description The last slot a holder released as completed; absent when none (docs/slots.md).
+             */
+            last_completed_slot?: string | null;
+            /**
+             * Last Completed At
+             * @description When that slot was completed; absent when none.
+             */
+            last_completed_at?: string | null;
         };
         /** NotHolderDetail */
         NotHolderDetail: {
@@ -574,6 +619,12 @@ export interface components {
              * @description The lease token returned by acquire.
              */
             token: string;
+            /**
+             * Completed
+             * @description For a lease with a slot: true (the job finished) records the slot as the name's last completed slot; false (it failed) leaves the tick open for another run. A later release changes nothing.
+             * @default true
+             */
+            completed: boolean;
         };
         /** ReleaseResponse */
         ReleaseResponse: {
@@ -591,6 +642,58 @@ export interface components {
              * @example 2026-11-29T03:00:00.000Z
              */
             lock_until: string;
+            /**
+             * Db Time
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            db_time: string;
+            /**
+             * Slot
+             * @description The lease's slot; absent without one.
+             */
+            slot?: string | null;
+            /**
+             * Completed
+             * @description Whether that slot is now done; absent without a slot.
+             */
+            completed?: boolean | null;
+        };
+        /** SlotDoneDetail */
+        SlotDoneDetail: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            code: "slot_done";
+            /**
+             * Message
+             * @description For humans; may change between releases. Match on `code`.
+             */
+            message: string;
+            /**
+             * Name
+             * @description The lock name the request was about.
+             */
+            name: string;
+            /**
+             * Slot
+             * @description The slot asked for: the name's last completed slot (docs/slots.md).
+             */
+            slot: string;
+            /**
+             * Completed At
+             * Format: date-time
+             * @description When a holder released that slot as completed.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            completed_at: string;
+            /**
+             * Locked By
+             * @description The holder that completed it, as it gave itself at acquisition.
+             */
+            locked_by: string;
             /**
              * Db Time
              * Format: date-time
@@ -752,7 +855,7 @@ export interface operations {
                     "application/json": components["schemas"]["ForbiddenError"];
                 };
             };
-            /** @description `lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when. */
+            /** @description `lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when. `slot_done` (with `slot` or `schedule`): the requested slot is the name's last completed one; `slot`, `completed_at` and `locked_by` say which, when and by whom. Either way: skip this run. */
             409: {
                 headers: {
                     [name: string]: unknown;

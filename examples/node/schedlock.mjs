@@ -10,6 +10,10 @@
 // while the lock's state is unknown. A request the service rejects (bad name or duration, missing or wrong token) throws
 // RequestRejectedError: a configuration bug is never mistaken for "held". SCHEDLOCK_URL and SCHEDLOCK_TOKEN are
 // read when a client is made. The types come from the service's OpenAPI document (schedlock-api.d.ts).
+//
+// Once per tick (docs/slots.md): with { oncePer: '0 3 * * *', oncePerTimezone: 'Europe/Berlin' } (or a key of
+// your own, { slot: '2026-11-30' }) the job runs at most once per tick of the schedule, by the database's clock:
+// a tick already done resolves to { executed: false, reason: 'done' }, and a job that throws leaves its tick open.
 
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { hostname } from 'node:os';
@@ -23,13 +27,21 @@ import { hostname } from 'node:os';
 /** @typedef {Schemas['LockResponse']} LockResponse */
 /** @typedef {Schemas['LockView']} LockView */
 /** @typedef {Schemas['LockList']} LockList */
-/** @typedef {Schemas['LockHeldError']['error']} LockHeldDetail */
+/** @typedef {Extract<Schemas['LockHeldError']['error'], { code: 'lock_held' }>} LockHeldDetail */
 /** @typedef {{ code: string, message: string }} ErrorDetail */
 /** @typedef {AcquireRequest['lock_at_most_for']} Duration  ShedLock's short form ('14m'), ISO-8601, or ms */
-/** @typedef {{ lockAtMostFor: Duration, lockAtLeastFor?: Duration }} LockOptions */
+/** @typedef {Extract<Schemas['LockHeldError']['error'], { code: 'slot_done' }>} SlotDoneDetail */
 /**
- * What withLock did: ran fn (with its value), or skipped it because the lock was held or the service unavailable.
- * @template T @typedef {{ executed: true, result: T } | { executed: false, reason: 'held' | 'unavailable' }} TaskResult
+ * lockAtMostFor and lockAtLeastFor as ShedLock's; oncePer (a cron schedule, read in oncePerTimezone) or slot (a tick
+ * key of your own) to run at most once per tick.
+ * @typedef {{ lockAtMostFor: Duration, lockAtLeastFor?: Duration, oncePer?: string, oncePerTimezone?: string,
+ *   slot?: string }} LockOptions
+ */
+/**
+ * What withLock did: ran fn (with its value), or skipped it because the lock was held, the tick was done, or the
+ * service unavailable.
+ * @template T
+ * @typedef {{ executed: true, result: T } | { executed: false, reason: 'held' | 'done' | 'unavailable' }} TaskResult
  */
 
 /** The service could not be asked or did not answer: the lock's state is unknown. */
@@ -80,6 +92,8 @@ export class Lease {
     this.fencingToken = acquired.fencing_token;
     this.lockedBy = acquired.locked_by;
     this.lockUntil = acquired.lock_until;
+    /** The tick this lease runs (oncePer or slot), or null. */
+    this.slot = acquired.slot ?? null;
     this.#deadline = sentAt + Date.parse(acquired.lock_until) - Date.parse(acquired.db_time);
   }
 
@@ -106,10 +120,13 @@ export class Lease {
     }
   }
 
-  /** Gives the lock back; the service keeps it until locked_at + lockAtLeastFor. Idempotent, so it retries. */
-  async release() {
+  /**
+   * Gives the lock back; the service keeps it until locked_at + lockAtLeastFor. Idempotent, so it retries.
+   * completed: false (the job failed) leaves the lease's slot open for another run.
+   */
+  async release({ completed = true } = {}) {
     /** @type {ReleaseRequest} */
-    const request = { token: this.#token };
+    const request = { token: this.#token, completed };
     this.#deadline = 0;
     for (let attempt = 1; ; attempt++) {
       try {
@@ -145,27 +162,42 @@ export class SchedLock {
   }
 
   /**
-   * Takes the lock, or resolves to null at once when another holder has it.
+   * Takes the lock, or resolves to null at once when another holder has it (or, with oncePer or slot, when the
+   * tick is done).
    * @param {string} name @param {LockOptions} options @returns {Promise<Lease | null>}
    */
-  async tryLock(name, { lockAtMostFor, lockAtLeastFor = 0 }) {
+  async tryLock(name, options) {
+    const attempt = await this.#attempt(name, options);
+    return attempt instanceof Lease ? attempt : null;
+  }
+
+  /** @param {string} name @param {LockOptions} options @returns {Promise<Lease | 'held' | 'done'>} */
+  async #attempt(name, { lockAtMostFor, lockAtLeastFor = 0, oncePer, oncePerTimezone, slot }) {
     /** @type {AcquireRequest} */
     const request = { lock_at_most_for: lockAtMostFor, lock_at_least_for: lockAtLeastFor, holder: this.#holder };
+    if (oncePer !== undefined) request.schedule = oncePer;
+    if (oncePerTimezone !== undefined) request.timezone = oncePerTimezone;
+    if (slot !== undefined) request.slot = slot;
     const sentAt = performance.now();
     try {
       const acquired = /** @type {AcquireResponse} */ (await this.call('POST', `${path(name)}/acquire`, request));
       return new Lease(this, name, acquired, sentAt);
     } catch (error) {
-      if (!(error instanceof RequestRejectedError && error.code === 'lock_held')) throw error;
+      if (!(error instanceof RequestRejectedError && ['lock_held', 'slot_done'].includes(error.code))) throw error;
+      if (error.code === 'slot_done') {
+        const done = /** @type {SlotDoneDetail} */ (error.detail);
+        console.info(`schedlock: ${name}'s tick ${done.slot} was completed at ${done.completed_at}: skipped`);
+        return 'done';
+      }
       const held = /** @type {LockHeldDetail} */ (error.detail);
       console.info(`schedlock: ${name} is held by ${held.locked_by} until ${held.lock_until}: skipped`);
-      return null;
+      return 'held';
     }
   }
 
   /**
-   * Runs fn under the lock and releases it afterwards (also when fn throws; the lock stays until
-   * locked_at + lockAtLeastFor). Skips fn when the lock is held or the service unavailable.
+   * Runs fn under the lock and releases it afterwards (also when fn throws, leaving its tick open; the lock stays
+   * until locked_at + lockAtLeastFor). Skips fn when the lock is held, the tick done or the service unavailable.
    * @template T
    * @param {string} name @param {LockOptions} options @param {(lease: Lease) => T | Promise<T>} fn
    * @returns {Promise<TaskResult<T>>}
@@ -173,18 +205,21 @@ export class SchedLock {
   async withLock(name, options, fn) {
     let lease;
     try {
-      lease = await this.tryLock(name, options);
+      lease = await this.#attempt(name, options);
     } catch (error) {
       if (!(error instanceof ServiceUnavailableError)) throw error;
       console.error(`schedlock: lock service unavailable, ${name} not run: ${error.message}`);
       return { executed: false, reason: 'unavailable' };
     }
-    if (lease === null) return { executed: false, reason: 'held' };
+    if (!(lease instanceof Lease)) return { executed: false, reason: lease };
     const held = lease;
+    let completed = false;
     try {
-      return { executed: true, result: await running.run(held, () => fn(held)) };
+      const result = await running.run(held, () => fn(held));
+      completed = true;
+      return { executed: true, result };
     } finally {
-      await held.release().catch((/** @type {Error} */ error) => {
+      await held.release({ completed }).catch((/** @type {Error} */ error) => {
         console.warn(`schedlock: could not release ${name}; it frees itself at ${held.lockUntil}: ${error.message}`);
       });
     }

@@ -107,7 +107,7 @@ class _LeanEndpoint:
                 raise RequestValidationError(errors)
             return await self.endpoint(**kwargs)
         except Exception as exc:
-            response = known_error_response(exc)
+            response = known_error_response(exc, request.scope)
             if response is None:
                 raise
             return response

@@ -1,8 +1,9 @@
 """One pure-ASGI middleware that measures and logs every HTTP request, and counts lock outcomes.
 
-It is the single place where lock outcomes are recorded: the route template and the response status decide
-them (acquire 409 is "held", release/extend 409 "not_holder", ...), so routes and the store stay unaware of
-metrics. Pure ASGI rather than BaseHTTPMiddleware: no extra task or body buffering per request.
+It is the single place where lock outcomes are recorded: the route template, the response status and the error
+code decide them (acquire 409 is "held", or "slot_done" when that is its code; release/extend 409 "not_holder",
+...), so routes and the store stay unaware of metrics. Pure ASGI rather than BaseHTTPMiddleware: no extra task
+or body buffering per request.
 
 Each request gets an id: the caller's ``X-Request-ID`` when it is a short token, else a new random one (16 hex
 digits). It is echoed
@@ -19,6 +20,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.errors import ERROR_CODE_KEY
 from app.ops.logs import request_id
 from app.ops.metrics import Metrics
 
@@ -59,12 +61,14 @@ class _RequestIds:
 new_request_id = _RequestIds().new
 
 
-def lock_outcome(operation: str, status: int) -> str:
-    """The outcome of a lock operation, from its HTTP status (see LOCK_OUTCOMES in app.ops.metrics)."""
+def lock_outcome(operation: str, status: int, code: str | None = None) -> str:
+    """The outcome of a lock operation, from its HTTP status and error code (see LOCK_OUTCOMES in app.ops.metrics)."""
     if status < 300:
         return _SUCCESS[operation]
     if status == 409:
-        return "held" if operation == "acquire" else "not_holder"
+        if operation != "acquire":
+            return "not_holder"
+        return "slot_done" if code == "slot_done" else "held"
     if status == 404:
         return "not_found" if operation != "acquire" else "invalid"
     if status in (401, 403):
@@ -129,7 +133,7 @@ class RequestObserver:
         operation = LOCK_OPERATIONS.get(getattr(scope.get("route"), "operation_id", None) or "")
         outcome = None
         if operation is not None:
-            outcome = lock_outcome(operation, status)
+            outcome = lock_outcome(operation, status, scope.get(ERROR_CODE_KEY))
             self.metrics.count_outcome(operation, outcome)
 
         if status >= 500:

@@ -31,6 +31,7 @@ from app.locking.durations import format_duration
 from app.locking.leases import new_locked_by
 from app.locking.names import LOCK_NAME, NAME_MAX, NAME_PATTERN
 from app.locking.rows import LockRow
+from app.locking.slots import chooser
 from app.settings import Settings
 
 # JsonBodyRoute: the generic path reads bodies as the lean path does (JSON only, else 415; see app.api.bodies).
@@ -92,6 +93,8 @@ def _view(row: LockRow) -> LockView:
         lock_until=row.lock_until,
         held=row.held,
         fencing_token=row.fencing_token,
+        last_completed_slot=row.last_completed_slot,
+        last_completed_at=row.last_completed_at,
     )
 
 
@@ -102,7 +105,8 @@ def _view(row: LockRow) -> LockView:
     description=(
         "Takes the lock if nobody holds it or the holder's `lock_until` has passed, using the database's clock. "
         "A held lock answers 409 at once, with the holder: the caller should skip this run, not wait. The "
-        "`token` is needed to release or extend, and is shown only here."
+        "`token` is needed to release or extend, and is shown only here. With `slot` or `schedule`, a tick "
+        "already completed answers 409 `slot_done` instead, whether or not the lock is held (docs/slots.md)."
     ),
     response_model=AcquireResponse,
     responses={
@@ -118,9 +122,15 @@ def _view(row: LockRow) -> LockView:
 )
 async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
-    _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
+    settings = settings_of(request)
+    _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
+    choose = chooser(body.slot, body.schedule, body.timezone, settings.slot_early_grace)
     locked_by = new_locked_by(body.holder, principal.name)
-    lease = await store_of(request).acquire(name, body.lock_at_most_for, body.lock_at_least_for, locked_by)
+    store, at_most, at_least = store_of(request), body.lock_at_most_for, body.lock_at_least_for
+    if choose is None:
+        lease = await store.acquire(name, at_most, at_least, locked_by)
+    else:
+        lease = await store.acquire_slot(name, at_most, at_least, locked_by, choose)
     row = lease.row
     return _json(
         AcquireResponse(
@@ -131,6 +141,7 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
             lock_until=row.lock_until,
             locked_by=row.locked_by,
             db_time=row.db_time,
+            slot=row.slot,
         )
     )
 
@@ -142,7 +153,8 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
     description=(
         "Ends the lease: `lock_until` becomes max(now, locked_at + lock_at_least_for), so the at-least window "
         "given at acquisition still holds. Works while the row still carries this lease, even after it "
-        "expired; releasing twice is harmless."
+        "expired; releasing twice is harmless. For a lease with a slot, `completed` (default true) says whether "
+        "the job finished: only then is the slot done (docs/slots.md)."
     ),
     response_model=ReleaseResponse,
     responses={
@@ -161,8 +173,12 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
 )
 async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
-    row = await store_of(request).release(name, body.token)
-    return _json(ReleaseResponse(name=row.name, lock_until=row.lock_until, db_time=row.db_time))
+    row = await store_of(request).release(name, body.token, body.completed)
+    done = None if row.slot is None else row.last_completed_slot == row.slot
+    answer = ReleaseResponse(
+        name=row.name, lock_until=row.lock_until, db_time=row.db_time, slot=row.slot, completed=done
+    )
+    return _json(answer)
 
 
 @router.post(

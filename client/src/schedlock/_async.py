@@ -20,6 +20,7 @@ from schedlock._base import (
     RELEASE_RETRY_DELAYS,
     Call,
     ClientConfig,
+    Tick,
     acquire_call,
     decode,
     extend_call,
@@ -30,7 +31,15 @@ from schedlock._base import (
     windows,
 )
 from schedlock._durations import DurationLike
-from schedlock._exceptions import LockHeld, LockLost, NotHolder, NotLocked, SchedlockError, ServiceUnavailable
+from schedlock._exceptions import (
+    LockHeld,
+    LockLost,
+    NotHolder,
+    NotLocked,
+    SchedlockError,
+    ServiceUnavailable,
+    SlotDone,
+)
 from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
 from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
@@ -100,6 +109,9 @@ class AsyncLockClient:
         holder: str | None = None,
         keep_alive: bool = False,
         on_lost: OnLost | None = None,
+        slot: str | None = None,
+        once_per: str | None = None,
+        once_per_timezone: str | None = None,
     ) -> AsyncLease:
         """Take the lock now or raise :class:`LockHeld`; never waits. See :meth:`LockClient.acquire`.
 
@@ -109,18 +121,19 @@ class AsyncLockClient:
         at_most, at_least = windows(lock_at_most_for, lock_at_least_for)
         if keep_alive:
             check_keep_alive(at_most)
+        tick = Tick(slot, once_per, once_per_timezone) if slot or once_per or once_per_timezone else None
         started = time.monotonic()
-        acquired = await self._send(
-            acquire_call(name, at_most, at_least or timedelta(0), holder or self._config.holder or default_holder())
-        )
+        who = holder or self._config.holder or default_holder()
+        acquired = await self._send(acquire_call(name, at_most, at_least or timedelta(0), who, tick))
         lease = AsyncLease(self, acquired, at_most, at_least or timedelta(0), started, on_lost)
         if keep_alive:
             lease._start_keep_alive()
         return lease
 
-    async def release(self, name: str, token: str) -> Released:
-        """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent)."""
-        call = release_call(name, token)
+    async def release(self, name: str, token: str, completed: bool = True) -> Released:
+        """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent). For a lease
+        with a slot, ``completed=False`` (the job failed) leaves the tick open for another run."""
+        call = release_call(name, token, completed)
         for delay in RELEASE_RETRY_DELAYS:
             try:
                 return await self._send(call)
@@ -169,6 +182,8 @@ class AsyncLockClient:
         on_unavailable: OnUnavailable | str | None = None,
         on_lost: OnLost | None = None,
         holder: str | None = None,
+        once_per: str | None = None,
+        once_per_timezone: str | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R | None]]]:
         """Decorate an ``async def`` job so it runs only under the lock; see :meth:`LockClient.scheduler_lock`.
 
@@ -177,6 +192,7 @@ class AsyncLockClient:
         at_most, at_least = windows(lock_at_most_for, lock_at_least_for)
         if keep_alive:
             check_keep_alive(at_most)
+        Tick(once_per=once_per, timezone=once_per_timezone)  # a bad combination fails here, not at the first run
         policy = OnUnavailable(on_unavailable) if on_unavailable is not None else self._config.on_unavailable
 
         def decorate(func: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R | None]]:
@@ -193,9 +209,11 @@ class AsyncLockClient:
                         holder=holder or self._config.holder or default_holder(job),
                         keep_alive=keep_alive,
                         on_lost=on_lost,
+                        once_per=once_per,
+                        once_per_timezone=once_per_timezone,
                     )
-                except LockHeld as held:
-                    log_skip(job, name, held)
+                except (LockHeld, SlotDone) as skip:
+                    log_skip(job, name, skip)
                     return None
                 except ServiceUnavailable as exc:
                     return await func(*args, **kwargs) if run_without_lock(policy, job, name, exc) else None
@@ -227,13 +245,14 @@ class AsyncLease(LeaseBase):
         self._client = client
         self._keeper = AsyncKeeper()
 
-    async def release(self) -> Released:
-        """Release now (stopping keep-alive). Idempotent; :class:`NotHolder` if the lease was lost meanwhile."""
+    async def release(self, completed: bool = True) -> Released:
+        """Release now (stopping keep-alive). Idempotent: the first release decides. :class:`NotHolder` if the lease
+        was lost meanwhile. ``completed=False`` (the job failed) leaves the lease's slot open for another run."""
         await self._keeper.stop()
         if self._released is not None:
             return self._released
         try:
-            result = await self._client.release(self.name, self.token)
+            result = await self._client.release(self.name, self.token, completed)
         except NotHolder as exc:
             self._lose("release refused: it expired and was taken over before the job finished", exc)
             raise
@@ -271,7 +290,7 @@ class AsyncLease(LeaseBase):
         self._exit_context()
         self._keeper.exit_body()
         try:
-            await self.release()
+            await self.release(completed=exc_type is None)  # a body that raised did not complete its tick
         except NotHolder:
             pass  # already reported as lost
         except SchedlockError as error:

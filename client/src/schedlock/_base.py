@@ -82,8 +82,30 @@ class Call(Generic[T]):
     params: Mapping[str, str] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Which tick an acquire runs (docs/slots.md): a key of the caller's own (``slot``), or the latest tick of the
+    cron schedule ``once_per`` (in ``timezone``) by the database's clock, computed by the service."""
+
+    slot: str | None = None
+    once_per: str | None = None
+    timezone: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.slot is not None and self.once_per is not None:
+            raise ValueError("slot and once_per: give one of them, not both")
+        if self.timezone is not None and self.once_per is None:
+            raise ValueError("once_per_timezone: only goes with once_per")
+        if self.slot is not None and not 1 <= len(self.slot) <= 64:
+            raise ValueError("slot: must be 1 to 64 characters")
+
+    def body(self) -> dict[str, str]:
+        fields = {"slot": self.slot, "schedule": self.once_per, "timezone": self.timezone}
+        return {key: value for key, value in fields.items() if value is not None}
+
+
 def acquire_call(
-    name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, holder: str | None
+    name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, holder: str | None, tick: Tick | None = None
 ) -> Call[Acquired]:
     body: dict[str, Any] = {
         "lock_at_most_for": format_duration(lock_at_most_for),
@@ -91,11 +113,15 @@ def acquire_call(
     }
     if holder:
         body["holder"] = holder
+    if tick is not None:
+        body.update(tick.body())
     return Call("POST", _lock_path(name, "acquire"), Acquired.from_json, f"acquire {name!r}", body)
 
 
-def release_call(name: str, token: str) -> Call[Released]:
-    return Call("POST", _lock_path(name, "release"), Released.from_json, f"release {name!r}", {"token": token})
+def release_call(name: str, token: str, completed: bool = True) -> Call[Released]:
+    # "completed" is sent only when false: the service's default is true, and a lease without a slot ignores it.
+    body: dict[str, Any] = {"token": token} if completed else {"token": token, "completed": False}
+    return Call("POST", _lock_path(name, "release"), Released.from_json, f"release {name!r}", body)
 
 
 def extend_call(

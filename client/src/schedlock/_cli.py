@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from schedlock._base import windows
+from schedlock._base import Tick, windows
 from schedlock._durations import parse_duration
 from schedlock._exceptions import APIError, LockNotFound, NotHolder, ServiceUnavailable
 from schedlock._keepalive import MINIMUM_LOCK_AT_MOST_FOR, check_keep_alive
@@ -22,7 +22,8 @@ from schedlock._version import __version__
 
 EXIT_CODES = f"""\
 exit codes:
-  0        the command ran and exited 0, or the lock was held (see --held-exit-code)
+  0        the command ran and exited 0, or the lock was held or --once-per's tick already done
+           (see --held-exit-code)
   1-255    otherwise the command's own exit code; 128+N when a signal N killed it
   1        list/status/release: no such lock, or the token does not hold it
   {Exit.USAGE:<8} bad arguments (also --keep-alive with --at-most under 30s)
@@ -49,6 +50,11 @@ with COMMAND's exit code.
 Without --keep-alive the lock expires after --at-most even if COMMAND still runs: choose --at-most well above the
 longest run. With --keep-alive the lock is extended every at-most/2; if an extension is refused (the lock was taken
 over) COMMAND is terminated. This is "at most one at a time", not "exactly once": keep jobs idempotent.
+
+With --once-per CRON (read in --timezone, default UTC), COMMAND runs at most once per tick of that schedule: the
+tick is the schedule's latest at or before the database's now, and once a run of it exits 0 every later attempt
+at the same tick exits at once, like a held lock. A run that fails or is killed leaves the tick open for another
+node. COMMAND gets the tick in SCHEDLOCK_SLOT. --slot KEY does the same with a tick key of your own.
 """
 
 
@@ -122,7 +128,14 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         metavar="DURATION",
         help="after a lost lock, SIGKILL the command this long after SIGTERM (default 10s)",
     )
-    run_parser.add_argument("-v", "--verbose", action="store_true", help="say on stderr when the lock is held")
+    run_parser.add_argument(
+        "--once-per", metavar="CRON", help='run at most once per tick of this cron schedule, e.g. "0 3 * * *"'
+    )
+    run_parser.add_argument("--timezone", metavar="ZONE", help="IANA time zone of --once-per (default UTC)")
+    run_parser.add_argument("--slot", metavar="KEY", help="run at most once for this tick key (not with --once-per)")
+    run_parser.add_argument(
+        "-v", "--verbose", action="store_true", help="say on stderr when the lock is held or the tick done"
+    )
     run_parser.add_argument("command", nargs="+", metavar="COMMAND", help="the command to run, after --")
 
     list_parser = sub.add_parser(
@@ -195,8 +208,12 @@ def _run_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> R
         if args.keep_alive:
             check_keep_alive(at_most)
         kill_after = parse_duration(args.kill_after, "--kill-after")
+        Tick(args.slot, args.once_per, args.timezone)
     except ValueError as exc:
-        parser.error(str(exc).replace("lock_at_most_for", "--at-most").replace("lock_at_least_for", "--at-least"))
+        message = str(exc)
+        for api, option in _OPTION_NAMES:
+            message = message.replace(api, option)
+        parser.error(message)
     if not 0 <= args.held_exit_code <= 255:
         parser.error("--held-exit-code: must be between 0 and 255")
     return RunOptions(
@@ -210,7 +227,20 @@ def _run_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> R
         fail_open=args.fail_open,
         kill_after=kill_after.total_seconds(),
         verbose=args.verbose,
+        slot=args.slot,
+        once_per=args.once_per,
+        timezone=args.timezone,
     )
+
+
+#: The API's names in messages, and the options of ``run`` that stand for them.
+_OPTION_NAMES = (
+    ("lock_at_most_for", "--at-most"),
+    ("lock_at_least_for", "--at-least"),
+    ("once_per_timezone", "--timezone"),
+    ("once_per", "--once-per"),
+    ("slot", "--slot"),
+)
 
 
 def _lock_json(lock: LockInfo) -> dict[str, Any]:
@@ -221,7 +251,15 @@ def _lock_json(lock: LockInfo) -> dict[str, Any]:
         "lock_until": format_time(lock.lock_until),
         "held": lock.held,
         "fencing_token": lock.fencing_token,
+        **_last_completed(lock),
     }
+
+
+def _last_completed(lock: LockInfo) -> dict[str, str]:
+    """The last completed slot, for names that have one (docs/slots.md)."""
+    if lock.last_completed_slot is None or lock.last_completed_at is None:
+        return {}
+    return {"last_completed_slot": lock.last_completed_slot, "last_completed_at": format_time(lock.last_completed_at)}
 
 
 def _list(client: LockClient, args: argparse.Namespace) -> int:
@@ -252,15 +290,18 @@ def _status(client: LockClient, args: argparse.Namespace) -> int:
         return Exit.OK
     left = (lock.lock_until - lock.db_time).total_seconds()
     held = f"yes, for {_seconds(left)} more" if lock.held else "no"
-    for label, value in (
+    rows = [
         ("name", lock.name),
         ("held", held),
         ("locked by", lock.locked_by),
         ("locked at", format_time(lock.locked_at)),
         ("lock until", format_time(lock.lock_until)),
         ("fencing token", str(lock.fencing_token)),
-        ("database time", format_time(lock.db_time)),
-    ):
+    ]
+    if last := _last_completed(lock):
+        rows.append(("last completed", f"{last['last_completed_slot']} at {last['last_completed_at']}"))
+    rows.append(("database time", format_time(lock.db_time)))
+    for label, value in rows:
         print(f"{label:<14} {value}")
     return Exit.OK
 

@@ -11,6 +11,7 @@
     │       └── InternalServerError  500 internal_error
     ├── APIError                     any error answer; .status .code .message .details
     │   ├── LockHeld                 409 lock_held: skip this run (.locked_by, .lock_until)
+    │   ├── SlotDone                 409 slot_done: this tick already ran; skip it (.slot, .completed_at)
     │   ├── NotHolder                409 not_holder: this lease no longer holds the lock
     │   ├── LockNotFound             404 lock_not_found
     │   ├── RequestRejected          other 4xx: fix the call or the configuration
@@ -114,6 +115,30 @@ class LockHeld(APIError):
     @property
     def lock_until(self) -> datetime | None:
         return _time_detail(self.details, "lock_until")
+
+
+class SlotDone(APIError):
+    """The tick asked for (``slot``, or the one ``once_per`` computed) was already completed: skip this run.
+
+    Says which slot, when it was completed (``completed_at``) and by whom (``locked_by``). See docs/slots.md.
+    """
+
+    status = 409
+    code = "slot_done"
+
+    @property
+    def slot(self) -> str | None:
+        value = self.details.get("slot")
+        return value if isinstance(value, str) else None
+
+    @property
+    def completed_at(self) -> datetime | None:
+        return _time_detail(self.details, "completed_at")
+
+    @property
+    def locked_by(self) -> str | None:
+        value = self.details.get("locked_by")
+        return value if isinstance(value, str) else None
 
 
 class NotHolder(APIError):
@@ -224,6 +249,7 @@ ERROR_CLASSES: Mapping[str, type[APIError]] = MappingProxyType(
         for cls in (
             InvalidRequest,
             LockHeld,
+            SlotDone,
             NotHolder,
             LockNotFound,
             Unauthorized,

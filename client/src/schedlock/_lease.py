@@ -83,6 +83,11 @@ class LeaseBase:
         return self._acquired.locked_by
 
     @property
+    def slot(self) -> str | None:
+        """The tick this lease runs (``slot`` or ``once_per`` at acquire); None without one (docs/slots.md)."""
+        return self._acquired.slot
+
+    @property
     def lock_at_most_for(self) -> timedelta:
         return self._lock_at_most_for
 

@@ -21,6 +21,8 @@ class Acquired:
     lock_until: datetime
     locked_by: str
     db_time: datetime
+    #: The tick this lease runs (``slot`` or ``once_per``); None without one.
+    slot: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Acquired:
@@ -32,6 +34,7 @@ class Acquired:
             lock_until=_time(data, "lock_until"),
             locked_by=_str(data, "locked_by"),
             db_time=_time(data, "db_time"),
+            slot=_optional_str(data, "slot"),
         )
 
 
@@ -42,10 +45,22 @@ class Released:
     name: str
     lock_until: datetime
     db_time: datetime
+    #: The lease's slot, and whether it is now done (None for a lease without a slot).
+    slot: str | None = None
+    completed: bool | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Released:
-        return cls(name=_str(data, "name"), lock_until=_time(data, "lock_until"), db_time=_time(data, "db_time"))
+        completed = data.get("completed")
+        if completed is not None and not isinstance(completed, bool):
+            raise ValueError(f"completed: expected bool, got {completed!r}")
+        return cls(
+            name=_str(data, "name"),
+            lock_until=_time(data, "lock_until"),
+            db_time=_time(data, "db_time"),
+            slot=_optional_str(data, "slot"),
+            completed=completed,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +95,9 @@ class LockInfo:
     held: bool
     fencing_token: int
     db_time: datetime
+    #: The last tick a holder released as completed, and when (None when none).
+    last_completed_slot: str | None = None
+    last_completed_at: datetime | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], db_time: datetime | None = None) -> LockInfo:
@@ -91,6 +109,8 @@ class LockInfo:
             held=_bool(data, "held"),
             fencing_token=_int(data, "fencing_token"),
             db_time=db_time if db_time is not None else _time(data, "db_time"),
+            last_completed_slot=_optional_str(data, "last_completed_slot"),
+            last_completed_at=_time(data, "last_completed_at") if data.get("last_completed_at") is not None else None,
         )
 
 
@@ -124,6 +144,11 @@ def _get(data: Mapping[str, Any], key: str, kind: type) -> Any:
 
 def _str(data: Mapping[str, Any], key: str) -> str:
     return str(_get(data, key, str))
+
+
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    # Fields added with slots: absent (or null) from servers, and answers, that have none.
+    return None if data.get(key) is None else _str(data, key)
 
 
 def _int(data: Mapping[str, Any], key: str) -> int:

@@ -7,7 +7,7 @@ import logging
 import os
 import socket
 
-from schedlock._exceptions import LockHeld, ServiceUnavailable
+from schedlock._exceptions import LockHeld, ServiceUnavailable, SlotDone
 from schedlock._times import format_time
 
 logger = logging.getLogger("schedlock.client")
@@ -42,9 +42,14 @@ def run_without_lock(policy: OnUnavailable, job: str, name: str, error: ServiceU
     return False
 
 
-def log_skip(job: str, name: str, held: LockHeld) -> None:
-    until = format_time(held.lock_until) if held.lock_until else "unknown"
-    logger.info("skipped %s: lock %r is held by %s until %s", job, name, held.locked_by, until)
+def log_skip(job: str, name: str, skip: LockHeld | SlotDone) -> None:
+    if isinstance(skip, SlotDone):
+        at = format_time(skip.completed_at) if skip.completed_at else "unknown"
+        done_by = skip.locked_by
+        logger.info("skipped %s: slot %s of lock %r was completed at %s by %s", job, skip.slot, name, at, done_by)
+        return
+    until = format_time(skip.lock_until) if skip.lock_until else "unknown"
+    logger.info("skipped %s: lock %r is held by %s until %s", job, name, skip.locked_by, until)
 
 
 def default_holder(what: str | None = None) -> str:

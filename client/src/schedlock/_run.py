@@ -20,7 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from schedlock._exceptions import APIError, LockHeld, ServiceUnavailable
+from schedlock._exceptions import APIError, LockHeld, ServiceUnavailable, SlotDone
 from schedlock._policy import default_holder
 from schedlock._sync import LockClient
 from schedlock._times import format_time
@@ -60,6 +60,17 @@ class RunOptions:
     fail_open: bool = False
     kill_after: float = 10.0
     verbose: bool = False
+    slot: str | None = None
+    once_per: str | None = None
+    timezone: str | None = None
+
+
+class _CommandFailed(Exception):
+    """Leaves ``with lease:`` as a failure, so that the release leaves the lease's slot open for another run."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def say(message: str) -> None:
@@ -108,11 +119,19 @@ def run(client: LockClient, options: RunOptions) -> int:
                 holder=options.holder or default_holder(command_name),
                 keep_alive=options.keep_alive,
                 on_lost=lambda error: lost.set(),
+                slot=options.slot,
+                once_per=options.once_per,
+                once_per_timezone=options.timezone,
             )
         except LockHeld as held:
             if options.verbose:
                 until = format_time(held.lock_until) if held.lock_until else "?"
                 say(f"{options.name!r} is held by {held.locked_by} until {until}; not running {command_name}")
+            return options.held_exit_code
+        except SlotDone as done:
+            if options.verbose:
+                at = format_time(done.completed_at) if done.completed_at else "?"
+                say(f"slot {done.slot} of {options.name!r} was completed at {at}; not running {command_name}")
             return options.held_exit_code
         except ServiceUnavailable as exc:
             say(f"lock service unavailable, so {options.name!r} could not be taken: {exc}")
@@ -123,15 +142,22 @@ def run(client: LockClient, options: RunOptions) -> int:
         except APIError as exc:
             say(f"the lock service rejected the request: {exc}")
             return Exit.REJECTED
-        with lease:
-            if signals.received is not None:  # stopped while acquiring: do not start the command
-                return 128 + signals.received
-            env = {
-                **os.environ,
-                "SCHEDLOCK_LOCK_NAME": lease.name,
-                "SCHEDLOCK_FENCING_TOKEN": str(lease.fencing_token),
-            }
-            return _supervise(options, env, signals, lost)
+        try:
+            with lease:
+                if signals.received is not None:  # stopped while acquiring: do not start the command
+                    raise _CommandFailed(128 + signals.received)
+                env = {
+                    **os.environ,
+                    "SCHEDLOCK_LOCK_NAME": lease.name,
+                    "SCHEDLOCK_FENCING_TOKEN": str(lease.fencing_token),
+                    **({"SCHEDLOCK_SLOT": lease.slot} if lease.slot is not None else {}),
+                }
+                code = _supervise(options, env, signals, lost)
+                if code != Exit.OK:
+                    raise _CommandFailed(code)  # the release says so: the tick stays open
+                return code
+        except _CommandFailed as failed:
+            return failed.code
 
 
 def _supervise(options: RunOptions, env: dict[str, str], signals: _Signals, lost: threading.Event | None) -> int:

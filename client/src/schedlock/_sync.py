@@ -17,6 +17,7 @@ from schedlock._base import (
     RELEASE_RETRY_DELAYS,
     Call,
     ClientConfig,
+    Tick,
     acquire_call,
     decode,
     extend_call,
@@ -27,7 +28,15 @@ from schedlock._base import (
     windows,
 )
 from schedlock._durations import DurationLike
-from schedlock._exceptions import LockHeld, LockLost, NotHolder, NotLocked, SchedlockError, ServiceUnavailable
+from schedlock._exceptions import (
+    LockHeld,
+    LockLost,
+    NotHolder,
+    NotLocked,
+    SchedlockError,
+    ServiceUnavailable,
+    SlotDone,
+)
 from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
 from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
@@ -103,6 +112,9 @@ class LockClient:
         holder: str | None = None,
         keep_alive: bool = False,
         on_lost: OnLost | None = None,
+        slot: str | None = None,
+        once_per: str | None = None,
+        once_per_timezone: str | None = None,
     ) -> Lease:
         """Take the lock now or raise :class:`LockHeld` (who holds it, until when); never waits.
 
@@ -110,22 +122,27 @@ class LockClient:
         extends it every lock_at_most_for / 2 until release (lock_at_most_for must be >= 30s); ``on_lost`` is
         called if it is lost. A network failure raises :class:`ServiceUnavailable`; acquire is not retried, since
         a lost answer may have taken the lock (it then frees itself after lock_at_most_for).
+
+        To run once per tick (docs/slots.md), give ``once_per`` (a cron schedule, read in ``once_per_timezone``,
+        default UTC, on the database's clock) or a ``slot`` key of your own: a tick already completed raises
+        :class:`SlotDone`, and ``lease.slot`` says which tick the lease runs.
         """
         at_most, at_least = windows(lock_at_most_for, lock_at_least_for)
         if keep_alive:
             check_keep_alive(at_most)
+        tick = Tick(slot, once_per, once_per_timezone) if slot or once_per or once_per_timezone else None
         started = time.monotonic()
-        acquired = self._send(
-            acquire_call(name, at_most, at_least or timedelta(0), holder or self._config.holder or default_holder())
-        )
+        who = holder or self._config.holder or default_holder()
+        acquired = self._send(acquire_call(name, at_most, at_least or timedelta(0), who, tick))
         lease = Lease(self, acquired, at_most, at_least or timedelta(0), started, on_lost)
         if keep_alive:
             lease._start_keep_alive()
         return lease
 
-    def release(self, name: str, token: str) -> Released:
-        """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent)."""
-        call = release_call(name, token)
+    def release(self, name: str, token: str, completed: bool = True) -> Released:
+        """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent). For a lease
+        with a slot, ``completed=False`` (the job failed) leaves the tick open for another run."""
+        call = release_call(name, token, completed)
         for delay in RELEASE_RETRY_DELAYS:
             try:
                 return self._send(call)
@@ -173,16 +190,23 @@ class LockClient:
         on_unavailable: OnUnavailable | str | None = None,
         on_lost: OnLost | None = None,
         holder: str | None = None,
+        once_per: str | None = None,
+        once_per_timezone: str | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
         """Decorate a job so it runs only under the lock, like ShedLock's ``@SchedulerLock``.
 
         When the lock is held the call is skipped: it returns None and logs at INFO who holds it. It never waits.
         When the service is unavailable, ``on_unavailable`` (default: the client's, fail-closed) decides. For
         ``async def`` jobs use :meth:`AsyncLockClient.scheduler_lock`.
+
+        With ``once_per`` (a cron schedule, in ``once_per_timezone``), the job runs at most once per tick when it
+        finishes: a tick already completed is skipped too, and a job that raises leaves its tick open for another
+        node (docs/slots.md).
         """
         at_most, at_least = windows(lock_at_most_for, lock_at_least_for)
         if keep_alive:
             check_keep_alive(at_most)
+        Tick(once_per=once_per, timezone=once_per_timezone)  # a bad combination fails here, not at the first run
         policy = OnUnavailable(on_unavailable) if on_unavailable is not None else self._config.on_unavailable
 
         def decorate(func: Callable[P, R]) -> Callable[P, R | None]:
@@ -199,9 +223,11 @@ class LockClient:
                         holder=holder or self._config.holder or default_holder(job),
                         keep_alive=keep_alive,
                         on_lost=on_lost,
+                        once_per=once_per,
+                        once_per_timezone=once_per_timezone,
                     )
-                except LockHeld as held:
-                    log_skip(job, name, held)
+                except (LockHeld, SlotDone) as skip:
+                    log_skip(job, name, skip)
                     return None
                 except ServiceUnavailable as exc:
                     return func(*args, **kwargs) if run_without_lock(policy, job, name, exc) else None
@@ -217,7 +243,8 @@ class Lease(LeaseBase):
     """A lock held by this process. ``with lease:`` releases it on exit, also when the body raises.
 
     Release honours lock_at_least_for (the server keeps the lock until locked_at + lock_at_least_for). A release
-    that fails on exit is logged, not raised: the lock then frees itself at ``lock_until``.
+    that fails on exit is logged, not raised: the lock then frees itself at ``lock_until``. A body that raised
+    releases with ``completed=False``: the lease's slot, if it has one, stays open for another run.
     """
 
     def __init__(
@@ -233,13 +260,14 @@ class Lease(LeaseBase):
         self._client = client
         self._keeper = SyncKeeper()
 
-    def release(self) -> Released:
-        """Release now (stopping keep-alive). Idempotent; :class:`NotHolder` if the lease was lost meanwhile."""
+    def release(self, completed: bool = True) -> Released:
+        """Release now (stopping keep-alive). Idempotent: the first release decides. :class:`NotHolder` if the lease
+        was lost meanwhile. ``completed=False`` (the job failed) leaves the lease's slot open for another run."""
         self._keeper.stop()
         if self._released is not None:
             return self._released
         try:
-            result = self._client.release(self.name, self.token)
+            result = self._client.release(self.name, self.token, completed)
         except NotHolder as exc:
             self._lose("release refused: it expired and was taken over before the job finished", exc)
             raise
@@ -277,7 +305,7 @@ class Lease(LeaseBase):
         self._exit_context()
         self._keeper.exit_body()
         try:
-            self.release()
+            self.release(completed=exc_type is None)  # a body that raised did not complete its tick
         except NotHolder:
             pass  # already reported as lost
         except SchedlockError as error:

@@ -2,6 +2,7 @@
 //
 //	driver cycle NAME
 //	driver execute NAME AT_MOST_MS AT_LEAST_MS ok|throw|panic
+//	driver tick NAME ok|throw slot KEY  |  driver tick NAME ok|throw once-per CRON ZONE
 package main
 
 import (
@@ -25,6 +26,12 @@ func main() {
 		result, err = cycle(ctx, os.Args[2])
 	case "execute":
 		result = execute(ctx, os.Args[2], millis(os.Args[3]), millis(os.Args[4]), os.Args[5])
+	case "tick":
+		tick := schedlock.Tick{Slot: os.Args[5]}
+		if os.Args[4] == "once-per" {
+			tick = schedlock.Tick{OncePer: os.Args[5], Timezone: os.Args[6]}
+		}
+		result, err = runTick(ctx, os.Args[2], os.Args[3], tick)
 	default:
 		err = fmt.Errorf("unknown scenario %q", os.Args[1])
 	}
@@ -122,6 +129,33 @@ func run(ctx context.Context, name string, atMost, atLeast time.Duration, mode s
 		}
 		return nil
 	})
+}
+
+// runTick runs a job once per tick: "executed", "threw" (the tick stays open) or "skipped" (done or held).
+func runTick(ctx context.Context, name, mode string, tick schedlock.Tick) (map[string]any, error) {
+	result := map[string]any{"slot": nil}
+	ran, err := schedlock.RunTick(ctx, name, time.Minute, tick, func(ctx context.Context) error {
+		lease, err := schedlock.AssertLocked(ctx)
+		if err != nil {
+			return err
+		}
+		result["slot"] = lease.Slot
+		if mode == "throw" {
+			return errors.New("the job failed")
+		}
+		return nil
+	})
+	switch {
+	case ran && err != nil:
+		result["outcome"] = "threw"
+	case ran:
+		result["outcome"] = "executed"
+	case err == nil:
+		result["outcome"] = "skipped_done" // or held: the test holds no lock of its own here
+	default:
+		return nil, err
+	}
+	return result, nil
 }
 
 func millis(text string) time.Duration {

@@ -1,6 +1,7 @@
 // Drives examples/java/SchedLock.java for tests/polyglot: each scenario prints one JSON object on stdout.
 //   java Driver cycle NAME
 //   java Driver execute NAME AT_MOST_MS AT_LEAST_MS ok|throw
+//   java Driver tick NAME ok|throw slot KEY  |  java Driver tick NAME ok|throw once-per CRON ZONE
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -14,6 +15,8 @@ public final class Driver {
         String json = switch (args[0]) {
             case "cycle" -> cycle(locks, args[1]);
             case "execute" -> execute(locks, args[1], Long.parseLong(args[2]), Long.parseLong(args[3]), args[4]);
+            case "tick" -> tick(locks, args[1], args[2],
+                    args[3].equals("slot") ? SchedLock.Tick.slot(args[4]) : SchedLock.Tick.oncePer(args[4], args[5]));
             default -> throw new IllegalArgumentException(args[0]);
         };
         System.out.println(json);
@@ -61,6 +64,22 @@ public final class Driver {
         }
         return "{\"outcome\":" + quote(outcome) + ",\"fencing_token\":" + (fencing[0] < 0 ? "null" : fencing[0])
                 + ",\"assert_outside\":" + quote(outside) + "}";
+    }
+
+    private static String tick(SchedLock locks, String name, String mode, SchedLock.Tick tick) {
+        String[] slot = {null};
+        String outcome;
+        try {
+            outcome = locks.executeWithLock(() -> {
+                slot[0] = SchedLock.assertLocked().slot();
+                if (mode.equals("throw")) {
+                    throw new IllegalStateException("the job failed");
+                }
+            }, name, Duration.ofMinutes(1), Duration.ZERO, tick).name().toLowerCase();
+        } catch (IllegalStateException e) {
+            outcome = "threw";
+        }
+        return "{\"outcome\":" + quote(outcome) + ",\"slot\":" + (slot[0] == null ? "null" : quote(slot[0])) + "}";
     }
 
     private static String quote(String value) {

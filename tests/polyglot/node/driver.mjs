@@ -1,6 +1,7 @@
 // Drives examples/node/schedlock.mjs for tests/polyglot: each scenario prints one JSON object on stdout.
 //   node driver.mjs cycle NAME
 //   node driver.mjs execute NAME AT_MOST_MS AT_LEAST_MS ok|throw
+//   node driver.mjs tick NAME ok|throw slot KEY  |  node driver.mjs tick NAME ok|throw once-per CRON ZONE
 import { assertLocked, RequestRejectedError, SchedLock, withLock } from '../../../examples/node/schedlock.mjs';
 
 async function cycle(name) {
@@ -40,6 +41,22 @@ async function execute(name, atMostMs, atLeastMs, mode) {
   return result;
 }
 
+async function tick(name, mode, kind, value, zone) {
+  const options = kind === 'slot' ? { slot: value } : { oncePer: value, oncePerTimezone: zone };
+  const result = { slot: null };
+  try {
+    const run = await withLock(name, { lockAtMostFor: '1m', ...options }, async (lease) => {
+      result.slot = lease.slot;
+      if (mode === 'throw') throw new Error('the job failed');
+    });
+    result.outcome = run.executed ? 'executed' : `skipped_${run.reason}`;
+  } catch {
+    result.outcome = 'threw';
+  }
+  return result;
+}
+
 const [scenario, name, ...rest] = process.argv.slice(2);
-const result = scenario === 'cycle' ? await cycle(name) : await execute(name, ...rest);
+const scenarios = { cycle: () => cycle(name), execute: () => execute(name, ...rest), tick: () => tick(name, ...rest) };
+const result = await scenarios[scenario]();
 console.log(JSON.stringify(result));

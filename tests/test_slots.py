@@ -1,0 +1,331 @@
+"""Runs once per tick (docs/slots.md): slot_done, completed or not, expiry, Java takeovers, the slot computed from a
+schedule on the database's clock, bad input, metrics and the access log. Against the real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.settings import Settings
+from tests.support.api import acquire, ts
+from tests.support.java import JavaNode
+from tests.test_logs import access, captured
+from tests.test_metrics import outcomes, scrape
+from tests.test_openapi_contract import ACQUIRE, GET, LIST, RELEASE, check
+
+
+def key() -> str:
+    return f"tick-{uuid.uuid4().hex[:8]}"
+
+
+async def release(client: httpx.AsyncClient, name: str, token: str, **body: Any) -> httpx.Response:
+    return await client.post(f"/v1/locks/{name}/release", json={"token": token, **body})
+
+
+def error(r: httpx.Response) -> dict[str, Any]:
+    assert r.status_code in (409, 422), r.text
+    body: dict[str, Any] = r.json()["error"]
+    return body
+
+
+async def test_a_completed_slot_answers_slot_done_with_who_and_when(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    first = await acquire(client, name, "10m", slot=slot, holder="node-a")
+    assert first.status_code == 200, first.text
+    lease = first.json()
+    assert lease["slot"] == slot
+    done = await release(client, name, lease["token"])  # completed defaults to true
+    assert done.status_code == 200
+    assert done.json()["slot"] == slot and done.json()["completed"] is True
+
+    again = await acquire(client, name, "10m", slot=slot, holder="node-b")
+    assert again.status_code == 409
+    err = error(again)
+    assert err["code"] == "slot_done" and err["slot"] == slot
+    assert err["locked_by"] == lease["locked_by"]  # who completed it
+    assert ts(lease["locked_at"]) <= ts(err["completed_at"]) <= ts(err["db_time"])
+    assert name in err["message"] and slot in err["message"]
+
+    # Another tick of the same name runs.
+    other = await acquire(client, name, "10m", slot=key())
+    assert other.status_code == 200, other.text
+
+
+async def test_slot_done_wins_over_a_held_lock(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    lease = (await acquire(client, name, "10m", slot=slot)).json()
+    await release(client, name, lease["token"])
+    await acquire(client, name, "10m")  # a plain holder now
+    assert error(await acquire(client, name, "10m", slot=slot))["code"] == "slot_done"
+    assert error(await acquire(client, name, "10m", slot=key()))["code"] == "lock_held"
+
+
+async def test_a_failed_run_leaves_the_tick_open(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    lease = (await acquire(client, name, "10m", slot=slot)).json()
+    failed = await release(client, name, lease["token"], completed=False)
+    assert failed.status_code == 200 and failed.json()["completed"] is False
+    retry = await acquire(client, name, "10m", slot=slot)
+    assert retry.status_code == 200, retry.text
+    assert (await release(client, name, retry.json()["token"])).json()["completed"] is True
+    assert error(await acquire(client, name, "10m", slot=slot))["code"] == "slot_done"
+
+
+async def test_release_stays_idempotent_and_the_first_release_decides(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    lease = (await acquire(client, name, "10m", slot=slot)).json()
+    first = await release(client, name, lease["token"], completed=False)
+    second = await release(client, name, lease["token"], completed=True)
+    assert second.status_code == 200
+    assert {**second.json(), "db_time": None} == {**first.json(), "db_time": None}
+    assert second.json()["completed"] is False
+    assert (await acquire(client, name, "10m", slot=slot)).status_code == 200
+
+
+async def test_an_expired_lease_leaves_the_tick_to_the_next_node(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    dead = (await acquire(client, name, "100ms", slot=slot)).json()  # its holder never comes back
+    await asyncio.sleep(0.2)
+    taken = await acquire(client, name, "10m", slot=slot)
+    assert taken.status_code == 200, taken.text
+    # The dead holder's late release cannot complete a tick someone else now runs.
+    assert (await release(client, name, dead["token"])).status_code == 409
+    assert (await release(client, name, taken.json()["token"])).json()["completed"] is True
+
+
+async def test_a_late_release_nobody_overtook_still_completes_the_tick(client: httpx.AsyncClient, name: str) -> None:
+    """The lease ran out while the job finished, and nobody ran the tick meanwhile: it ran exactly once."""
+    slot = key()
+    lease = (await acquire(client, name, "100ms", slot=slot)).json()
+    await asyncio.sleep(0.2)
+    assert (await release(client, name, lease["token"])).json()["completed"] is True
+    assert error(await acquire(client, name, "10m", slot=slot))["code"] == "slot_done"
+
+
+async def test_get_and_list_show_the_last_completed_slot(client: httpx.AsyncClient, name: str) -> None:
+    lease = (await acquire(client, name, "10m")).json()
+    before = (await client.get(f"/v1/locks/{name}")).json()
+    assert "last_completed_slot" not in before and "last_completed_at" not in before  # as before slots existed
+    await release(client, name, lease["token"])
+
+    slot = key()
+    lease = (await acquire(client, name, "10m", slot=slot)).json()
+    released = (await release(client, name, lease["token"])).json()
+    got = (await client.get(f"/v1/locks/{name}")).json()
+    assert got["last_completed_slot"] == slot
+    assert got["last_completed_at"] == released["db_time"]  # the release's own now
+    items = (await client.get("/v1/locks", params={"prefix": name})).json()["items"]
+    assert [(i["last_completed_slot"], i["last_completed_at"]) for i in items] == [(slot, released["db_time"])]
+
+
+async def test_a_plain_acquisition_after_a_slotted_one_has_no_slot(client: httpx.AsyncClient, name: str) -> None:
+    """A lease without a slot never completes the slot of an earlier lease it took over."""
+    slot = key()
+    await acquire(client, name, "100ms", slot=slot)
+    await asyncio.sleep(0.2)
+    plain = (await acquire(client, name, "10m")).json()
+    assert "slot" not in plain
+    released = (await release(client, name, plain["token"])).json()
+    assert "slot" not in released and "completed" not in released
+    assert (await acquire(client, name, "10m", slot=slot)).status_code == 200
+
+
+async def test_a_java_takeover_clears_the_slot(client: httpx.AsyncClient, db: Any, java: JavaNode, name: str) -> None:
+    slot = key()
+    lease = (await acquire(client, name, "100ms", slot=slot)).json()
+    await asyncio.sleep(0.2)
+    assert await java.insert_or_take_over(name, 0.3)
+    assert await db.fetchval(f"SELECT slot FROM {java.table} WHERE name = $1", name) is None
+    assert (await release(client, name, lease["token"])).status_code == 409
+    assert await java.unlock(name, 0)
+    # Java's run had no slot: the tick is still open, and a later Java unlock never completes one.
+    assert await db.fetchval(f"SELECT last_completed_slot FROM {java.table} WHERE name = $1", name) is None
+    assert (await acquire(client, name, "10m", slot=slot)).status_code == 200
+
+
+async def test_concurrent_nodes_run_a_tick_once(client: httpx.AsyncClient, name: str) -> None:
+    """Many nodes fire for each tick at once, with a 1 ms job and no lock_at_least_for: one run per tick."""
+    for _ in range(5):
+        slot = key()
+        runs: list[str] = []
+
+        async def node(number: int, slot: str = slot, runs: list[str] = runs) -> str:
+            r = await acquire(client, name, "1m", slot=slot, holder=f"node-{number}")
+            if r.status_code != 200:
+                return str(error(r)["code"])
+            runs.append(r.json()["token"])
+            await asyncio.sleep(0.001)
+            assert (await release(client, name, r.json()["token"])).status_code == 200
+            return "ran"
+
+        answers = await asyncio.gather(*(node(n) for n in range(12)))
+        assert len(runs) == 1, answers
+        assert set(answers) <= {"ran", "lock_held", "slot_done"}
+        assert error(await acquire(client, name, "1m", slot=slot))["code"] == "slot_done"
+
+
+async def test_a_refusal_is_told_apart_on_the_version_it_was_decided_on(
+    client: httpx.AsyncClient, settings: Settings, database_url: str, name: str
+) -> None:
+    """The acquire waits on a row another transaction is completing; its snapshot still shows the lock held and
+    the tick open. The answer must be slot_done, read from the row version the refusal was decided on."""
+    import asyncpg
+
+    slot = key()
+    lease = (await acquire(client, name, "10m", slot=slot)).json()
+    conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(
+            f"UPDATE {settings.table} SET lock_until = timezone('utc', now()), last_completed_slot = slot, "
+            "last_completed_at = timezone('utc', now()), last_completed_by = locked_by WHERE name = $1",
+            name,
+        )
+        pending = asyncio.ensure_future(acquire(client, name, "10m", slot=slot))
+        await asyncio.sleep(0.3)
+        assert not pending.done()  # waiting on the row lock
+        await tx.commit()
+        r = await pending
+    finally:
+        await conn.close()
+    assert error(r)["code"] == "slot_done"
+    assert error(r)["locked_by"] == lease["locked_by"]
+
+
+def floor_minute(t: datetime) -> datetime:
+    return t.replace(second=0, microsecond=0)
+
+
+async def test_a_schedule_slot_is_the_latest_tick_by_the_statements_own_clock(
+    client: httpx.AsyncClient, settings: Settings, name: str
+) -> None:
+    r = await acquire(client, name, "1m", schedule="* * * * *")
+    assert r.status_code == 200, r.text
+    lease = r.json()
+    grace = settings.slot_early_grace
+    expected = floor_minute(ts(lease["db_time"]) + grace)
+    assert lease["slot"] == expected.strftime("%Y-%m-%dT%H:%M:00.000Z")
+    assert ts(lease["locked_at"]) == ts(lease["db_time"])  # the same statement's now
+
+
+@pytest.mark.parametrize(
+    ("schedule", "zone", "expected"),
+    [
+        ("@hourly", None, lambda now: now.replace(minute=0, second=0, microsecond=0)),
+        ("0 0 1 1 *", None, lambda now: datetime(now.year, 1, 1, tzinfo=UTC)),
+        # Midnight in Tokyo (UTC+9, no DST) is 15:00 UTC the day before.
+        (
+            "0 0 * * *",
+            "Asia/Tokyo",
+            lambda now: (
+                (now + timedelta(hours=9)).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(hours=9)
+            ),
+        ),
+    ],
+)
+async def test_schedules_in_time_zones(
+    client: httpx.AsyncClient, name: str, schedule: str, zone: str | None, expected: Any
+) -> None:
+    body: dict[str, Any] = {"schedule": schedule} | ({"timezone": zone} if zone else {})
+    lease = (await acquire(client, name, "1m", **body)).json()
+    assert ts(lease["slot"]) == expected(ts(lease["db_time"]) + timedelta(seconds=1))
+
+
+async def test_a_wrong_estimate_of_the_database_clock_costs_a_retry_not_a_wrong_slot(
+    app: FastAPI, client: httpx.AsyncClient, name: str
+) -> None:
+    clock = app.state.store.db_clock
+    clock.learn(datetime.now(UTC) - timedelta(hours=5))  # as if this process had lived five hours behind
+    before = scrape_count(app)
+    lease = (await acquire(client, name, "1m", schedule="*/5 * * * *")).json()
+    now = ts(lease["db_time"]) + timedelta(seconds=1)
+    assert ts(lease["slot"]) == now.replace(minute=now.minute - now.minute % 5, second=0, microsecond=0)
+    assert scrape_count(app) - before == 2  # the first statement missed its window and changed nothing
+    assert abs((clock.now() - ts(lease["db_time"]).replace(tzinfo=None)).total_seconds()) < 5  # learned
+
+
+def scrape_count(app: FastAPI) -> float:
+    value = app.state.metrics.registry.get_sample_value(
+        "schedlock_db_statement_duration_seconds_count", {"operation": "acquire"}
+    )
+    return float(value or 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"slot": "a", "schedule": "* * * * *"}, "slot"),
+        ({"timezone": "Europe/Berlin"}, "timezone"),
+        ({"slot": ""}, "slot"),
+        ({"slot": "x" * 65}, "slot"),
+        ({"slot": "a\u0000b"}, "slot"),
+        ({"slot": "a\nb"}, "slot"),
+        ({"slot": "a\u0085b"}, "slot"),
+        ({"slot": 5}, "slot"),
+        ({"schedule": "61 * * * *"}, "schedule"),
+        ({"schedule": "* * * *"}, "schedule"),
+        ({"schedule": "0 * * * * *"}, "schedule"),  # seconds: not a standard 5-field expression
+        ({"schedule": "@reboot"}, "schedule"),
+        ({"schedule": "* * 31 2 *"}, "schedule"),
+        ({"schedule": "*\u0000 * * * *"}, "schedule"),
+        ({"schedule": "9" * 200}, "schedule"),
+        ({"schedule": "* * * * *", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"schedule": "* * * * *", "timezone": "localtime"}, "timezone"),
+        ({"schedule": "* * * * *", "timezone": "../../etc/passwd"}, "timezone"),
+        ({"schedule": "* * * * *", "timezone": "Europe/Berlin\u0000"}, "timezone"),
+    ],
+)
+async def test_bad_slot_input_is_a_422_naming_the_field(
+    client: httpx.AsyncClient, name: str, body: dict[str, Any], field: str
+) -> None:
+    r = await acquire(client, name, "1m", **body)
+    assert r.status_code == 422, r.text
+    assert error(r)["code"] == "invalid_request" and error(r)["field"] == field
+
+
+async def test_a_lone_surrogate_in_a_slot_is_refused_not_a_500(client: httpx.AsyncClient, name: str) -> None:
+    raw = b'{"lock_at_most_for": "1m", "slot": "a\\ud800"}'
+    r = await client.post(f"/v1/locks/{name}/acquire", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422 and error(r)["code"] == "invalid_request"
+
+
+async def test_release_refuses_a_completed_that_is_not_a_boolean(client: httpx.AsyncClient, name: str) -> None:
+    lease = (await acquire(client, name, "1m", slot=key())).json()
+    r = await release(client, name, lease["token"], completed="maybe")
+    assert r.status_code == 422 and error(r)["field"] == "completed"
+
+
+async def test_slot_done_is_counted_and_logged_apart_from_held(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    lease = (await acquire(client, name, "10m", slot=slot)).json()
+    before = await scrape(client)
+    with captured() as out:
+        await acquire(client, name, "10m", slot=key())  # held
+        await release(client, name, lease["token"])
+        await acquire(client, name, "10m", slot=slot)  # done
+    after = await scrape(client)
+    assert outcomes(before, after) == {
+        ("acquire", "held"): 1,
+        ("release", "released"): 1,
+        ("acquire", "slot_done"): 1,
+    }
+    logged = [(line["route"].rsplit("/", 1)[1], line["status"], line["outcome"]) for line in access(out)]
+    assert logged == [("acquire", 409, "held"), ("release", 200, "released"), ("acquire", 409, "slot_done")]
+
+
+async def test_slot_answers_fit_the_documents_schemas(client: httpx.AsyncClient, name: str) -> None:
+    slot = key()
+    lease = await acquire(client, name, "1m", slot=slot)
+    check(lease, ACQUIRE, "post")
+    check(await release(client, name, lease.json()["token"]), RELEASE, "post")
+    check(await acquire(client, name, "1m", slot=slot), ACQUIRE, "post")  # 409 slot_done
+    check(await client.get(f"/v1/locks/{name}"), GET, "get")
+    check(await client.get("/v1/locks", params={"prefix": name}), LIST, "get")
+    check(await acquire(client, name, "1m", schedule="0 0 31 2 *"), ACQUIRE, "post")  # 422
