@@ -83,7 +83,7 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
         sql_table = qualified_name(name, schema or None)
         bench = _Bench(config, server, table, sql_table, prefix, say, token, etcd)
         if server.pid is not None:
-            results["server_rss_mb_idle"] = round(target.process_rss_mb(server.pid), 1)
+            results["server_rss_mb_idle"] = round(target.tree_rss_mb(server.pid), 1)
         if server.process is not None and config.list_rows:
             say(f"seeding {config.list_rows:,} rows for the list")
             target.seed_list_rows(config.database_url, sql_table, config.list_rows)
