@@ -58,13 +58,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(database_url: str, table: str, extra_env: dict[str, str], log: IO[bytes]) -> Server:
-    """``python -m app serve --migrate`` on a free port; returns once /readyz answers 200."""
+def start_server(
+    database_url: str, table: str, extra_env: dict[str, str], log: IO[bytes], command: list[str] | None = None
+) -> Server:
+    """``python -m app serve --migrate`` on a free port; returns once /readyz answers 200.
+
+    ``command`` runs another server instead; ``{port}`` and ``{python}`` in it are replaced by the port and this
+    interpreter (``bench.servers`` measures other ASGI servers serving the same app)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
     server_env = {"SCHEDLOCK_DATABASE_URL": database_url, "SCHEDLOCK_TABLE": table, **extra_env}
+    command = command or ["{python}", "-m", "app", "serve", "--migrate", "--port", "{port}"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--migrate", "--port", str(port)],
+        [part.format(port=port, python=sys.executable) for part in command],
         env={**env, **server_env},
         cwd=ROOT,
         stdout=log,

@@ -3,6 +3,7 @@ the settings `serve` resolved, and all stopped gracefully on SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,8 +23,12 @@ from tests.support.servers import LiveServer, free_port, server_env, spawn_serve
 
 def workers_of(server: LiveServer) -> list[psutil.Process]:
     """The worker processes of a served instance (uvicorn's spawned children; not multiprocessing's tracker)."""
-    children = psutil.Process(server.process.pid).children()
-    return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+    workers = []
+    for child in psutil.Process(server.process.pid).children():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess):  # one that has just died
+            if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                workers.append(child)
+    return workers
 
 
 def wait_for_pools(server: LiveServer, count: int, db_port: int, timeout: float = 30) -> list[psutil.Process]:
@@ -31,11 +36,18 @@ def wait_for_pools(server: LiveServer, count: int, db_port: int, timeout: float 
     deadline = time.monotonic() + timeout
     while True:
         workers = workers_of(server)
-        with_pool = [w for w in workers if any(c.raddr and c.raddr.port == db_port for c in w.net_connections("tcp"))]
+        with_pool = [w for w in workers if _connected(w, db_port)]
         if len(workers) == count and len(with_pool) == count:
             return workers
         assert time.monotonic() < deadline, f"workers {workers}, with a pool {with_pool}: {''.join(server.output)}"
         time.sleep(0.1)
+
+
+def _connected(worker: psutil.Process, db_port: int) -> bool:
+    try:
+        return any(c.raddr and c.raddr.port == db_port for c in worker.net_connections("tcp"))
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
 
 
 def gone(process: psutil.Process) -> bool:
@@ -93,6 +105,23 @@ def test_two_workers_share_the_port_with_a_pool_each_and_stop_gracefully(setting
     for worker in workers:  # each shut down gracefully (uvicorn's last line of a worker that did)
         assert f"Finished server process [{worker.pid}]" in output, output
     assert "Traceback" not in output, output
+
+
+def test_a_worker_that_dies_is_replaced(settings: Settings) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"]
+    server = spawn_server(command, server_env(settings, {"SCHEDLOCK_POOL_MIN_SIZE": "1"}), port)
+    try:
+        wait_for(server)
+        db_port = urlsplit(settings.asyncpg_dsn()).port or 5432
+        killed, survivor = wait_for_pools(server, 2, db_port)
+        killed.kill()
+        replaced = [w for w in wait_for_pools(server, 2, db_port) if w.pid != survivor.pid]
+        assert len(replaced) == 1 and replaced[0].pid != killed.pid
+        assert httpx.get(f"{server.url}/readyz").status_code == 200
+    finally:
+        output = stop_server(server)
+    assert server.process.returncode == 0, output
 
 
 def test_workers_must_be_at_least_one() -> None:

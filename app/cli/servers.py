@@ -88,7 +88,11 @@ class WorkerConfig(uvicorn.Config):
 
 
 def worker_app() -> FastAPI:
-    """The app of one worker process, from the ``SCHEDLOCK_*`` environment ``run`` set."""
+    """The app of one worker process, built from the ``SCHEDLOCK_*`` environment (which ``run`` sets), with
+    schedlock's logging. Any ASGI server's factory option can serve it: bench/servers.py measures other servers
+    on it."""
     from app.main import create_app
 
-    return create_app(Settings(), freeze_gc=True)
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings, freeze_gc=True)
