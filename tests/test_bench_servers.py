@@ -5,29 +5,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from bench.servers import parse_variant
-
-ROOT = Path(__file__).parent.parent
+from bench.servers import main, parse_variant
 
 
 @pytest.mark.system  # wrk, two servers (one with two workers), a schema of its own
-def test_two_variants_alternate_and_each_is_measured_whole(database_url: str, tmp_path: Path) -> None:
+def test_two_variants_alternate_and_each_is_measured_whole(
+    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     output = tmp_path / "servers.json"
     quick = ["--rounds", "2", "--seconds", "1", "--warmup-seconds", "1", "--clients", "4", "--names", "16"]
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.servers", *quick, "--database-url", database_url, "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert main([*quick, "--database-url", database_url, "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
     data = json.loads(output.read_text())
     assert list(data["variants"]) == ["uvicorn", "uvicorn-2-workers"]
     assert data["variants"]["uvicorn-2-workers"].endswith("--workers 2")
@@ -42,7 +34,7 @@ def test_two_variants_alternate_and_each_is_measured_whole(database_url: str, tm
     assert summary["uvicorn-2-workers"]["vs_first"]["server_cpu_us_per_request"]["median"] > 0
     # The whole tree: a supervisor and two workers hold more memory than one server process.
     assert summary["uvicorn-2-workers"]["server_rss_mb"]["min"] > summary["uvicorn"]["server_rss_mb"]["max"]
-    assert "cycles/s vs first" in result.stdout
+    assert "cycles/s vs first" in printed
     for label in data["variants"]:
         assert "schedlock.access" in (output.with_suffix(f".{label}.log")).read_text()
 
