@@ -207,8 +207,10 @@ class _Bench:
         assert self.server.pid is not None, "--profile needs the server's pid"
         c = self.c
         self.say(f"profiling the server with py-spy for {c.seconds} s -> {svg}")
+        # --subprocesses: a server with workers is a supervisor and the processes that serve.
+        command = [_py_spy(), "record", "--pid", str(self.server.pid), "--subprocesses", "--rate", "200"]
         spy = subprocess.Popen(
-            [_py_spy(), "record", "--pid", str(self.server.pid), "--rate", "200", "--output", str(svg)],
+            [*command, "--output", str(svg)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
         )
