@@ -130,6 +130,8 @@ class Settings(BaseSettings):
                 continue
             if isinstance(raw, SecretStr):
                 value = raw.get_secret_value()
+            elif isinstance(value, list):  # lists are read comma-separated (allowed_origins), not as JSON
+                value = ",".join(value)
             out[f"SCHEDLOCK_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
         return out
 
