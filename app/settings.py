@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -30,6 +31,9 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(
+        default=1, ge=1, description="Server processes `serve` runs on one port, each with its own pool and metrics."
+    )
 
     max_lock_duration: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))
     list_max_limit: int = Field(default=1000, ge=1)
@@ -117,6 +121,22 @@ class Settings(BaseSettings):
         match = _TABLE_RE.match(self.table)
         assert match is not None
         return match.group(2)
+
+    def environ(self) -> dict[str, str]:
+        """These settings as the ``SCHEDLOCK_*`` variables that build them again: how ``serve`` hands its settings
+        (flags and the embedded database's URL included) to worker processes it starts. Secrets come out revealed;
+        unset (None) settings are left out."""
+        out = {}
+        for name, value in self.model_dump(mode="json").items():
+            raw = getattr(self, name)
+            if raw is None:
+                continue
+            if isinstance(raw, SecretStr):
+                value = raw.get_secret_value()
+            elif isinstance(value, list):  # lists are read comma-separated (allowed_origins), not as JSON
+                value = ",".join(value)
+            out[f"SCHEDLOCK_{name.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+        return out
 
     def asyncpg_dsn(self) -> str:
         """The database URL in the form asyncpg accepts (no SQLAlchemy driver suffix)."""

@@ -1,4 +1,5 @@
-"""The CPU the database spent on a phase: the Postgres backends serving one client process's connections.
+"""The CPU the database spent on a phase: the Postgres backends serving one client process's connections (its
+descendants' too: a server's workers).
 
 The Postgres under test is shared (other processes, other users of the cluster), so its whole CPU would not be the
 benchmark's. A backend is the benchmark's when its client's TCP port is one of the measured process's sockets:
@@ -17,14 +18,15 @@ from bench import target
 
 
 def socket_ports(pid: int) -> set[int]:
-    """Local TCP ports of the process's sockets (IPv4 and IPv6)."""
+    """Local TCP ports of the sockets of the process and its descendants (a server's workers), IPv4 and IPv6."""
     inodes = set()
-    with contextlib.suppress(OSError):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if link.startswith("socket:["):
-                    inodes.add(link[8:-1])
+    for member in target.process_tree(pid):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{member}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{member}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
     ports = set()
     for table in ("tcp", "tcp6"):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:

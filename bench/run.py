@@ -83,7 +83,7 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
         sql_table = qualified_name(name, schema or None)
         bench = _Bench(config, server, table, sql_table, prefix, say, token, etcd)
         if server.pid is not None:
-            results["server_rss_mb_idle"] = round(target.process_rss_mb(server.pid), 1)
+            results["server_rss_mb_idle"] = round(target.tree_rss_mb(server.pid), 1)
         if server.process is not None and config.list_rows:
             say(f"seeding {config.list_rows:,} rows for the list")
             target.seed_list_rows(config.database_url, sql_table, config.list_rows)
@@ -207,8 +207,10 @@ class _Bench:
         assert self.server.pid is not None, "--profile needs the server's pid"
         c = self.c
         self.say(f"profiling the server with py-spy for {c.seconds} s -> {svg}")
+        # --subprocesses: a server with workers is a supervisor and the processes that serve.
+        command = [_py_spy(), "record", "--pid", str(self.server.pid), "--subprocesses", "--rate", "200"]
         spy = subprocess.Popen(
-            [_py_spy(), "record", "--pid", str(self.server.pid), "--rate", "200", "--output", str(svg)],
+            [*command, "--output", str(svg)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
         )

@@ -8,6 +8,7 @@ on it, and drops the schema at the end. Pointed at an existing server (``--url``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -57,13 +58,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(database_url: str, table: str, extra_env: dict[str, str], log: IO[bytes]) -> Server:
-    """``python -m app serve --migrate`` on a free port; returns once /readyz answers 200."""
+def start_server(
+    database_url: str, table: str, extra_env: dict[str, str], log: IO[bytes], command: list[str] | None = None
+) -> Server:
+    """``python -m app serve --migrate`` on a free port; returns once /readyz answers 200.
+
+    ``command`` runs another server instead; ``{port}`` and ``{python}`` in it are replaced by the port and this
+    interpreter (``bench.servers`` measures other ASGI servers serving the same app)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
     server_env = {"SCHEDLOCK_DATABASE_URL": database_url, "SCHEDLOCK_TABLE": table, **extra_env}
+    command = command or ["{python}", "-m", "app", "serve", "--migrate", "--port", "{port}"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--migrate", "--port", str(port)],
+        [part.format(port=port, python=sys.executable) for part in command],
         env={**env, **server_env},
         cwd=ROOT,
         stdout=log,
@@ -103,20 +110,23 @@ def terminate(process: subprocess.Popen[bytes]) -> None:
 
 
 class ProcessWatch:
-    """Samples a process's RSS while a phase runs (largest value kept) and measures the CPU it used."""
+    """Samples a process's RSS while a phase runs (largest value kept) and measures the CPU it used.
+
+    "The process" is the process and its descendants (``process_tree``): a server with workers is a supervisor
+    and its worker processes, and all of them count."""
 
     def __init__(self, pid: int | None, every: float = 0.1) -> None:
         self._pid = pid
         self._every = every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._cpu0 = 0.0
+        self._cpu0: dict[int, float] = {}
         self.rss_mb: float | None = None
         self.cpu_s: float | None = None
 
     def __enter__(self) -> ProcessWatch:
         if self._pid is not None:
-            self._cpu0 = process_cpu_s(self._pid)
+            self._cpu0 = tree_cpu_s(self._pid)
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
         return self
@@ -126,15 +136,44 @@ class ProcessWatch:
             return
         self._stop.set()
         self._thread.join()
-        self.cpu_s = process_cpu_s(self._pid) - self._cpu0
+        self.cpu_s = sum(cpu - self._cpu0.get(pid, 0.0) for pid, cpu in tree_cpu_s(self._pid).items())
 
     def _sample(self) -> None:
         assert self._pid is not None
         while True:
-            rss = process_rss_mb(self._pid)
+            rss = tree_rss_mb(self._pid)
             self.rss_mb = max(self.rss_mb or 0.0, rss)
             if self._stop.wait(self._every):
                 return
+
+
+def process_tree(pid: int) -> list[int]:
+    """The process and all its descendants that exist now, parents first (from /proc)."""
+    found = [pid]
+    for parent in found:  # grows while it is walked
+        with contextlib.suppress(OSError), os.scandir(f"/proc/{parent}/task") as tasks:
+            for task in tasks:
+                with contextlib.suppress(OSError), open(f"{task.path}/children") as f:
+                    found.extend(int(child) for child in f.read().split())
+    return found
+
+
+def tree_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds used so far by each process of the tree (processes that end meanwhile are left out)."""
+    out = {}
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            out[member] = process_cpu_s(member)
+    return out
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of the whole tree in MB (pages shared between processes count once per process)."""
+    total = 0.0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            total += process_rss_mb(member)
+    return total
 
 
 def process_rss_mb(pid: int) -> float:

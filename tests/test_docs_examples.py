@@ -54,7 +54,10 @@ EXCLUDED = {
     "Dockerfile",
     ("docs/deploy.md", "helm install"): "needs a Kubernetes cluster; tests/test_helm.py renders and validates the "
     "chart",
-    ("docs/performance.md", "python -m bench"): "the ~4-minute benchmark; tests/test_bench.py runs it with --quick",
+    ("docs/performance.md", "python -m bench.compare"): "the ~4-minute benchmark; tests/test_bench.py runs it with "
+    "--quick",
+    ("docs/performance.md", "python -m bench.servers"): "five servers side by side for ~12 minutes; "
+    "tests/test_bench_servers.py runs the harness for two rounds of 1 s",
     ("docs/cors.md", "Access-Control-Request-Method"): "needs a server started with the block above's setting; "
     "tests/test_origin.py runs the two against one",
     ("docs/high-availability.md", "helm install"): "needs a Kubernetes cluster; tests/test_docs_ha.py renders the "

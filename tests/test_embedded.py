@@ -57,24 +57,30 @@ def data_dir() -> Iterator[Path]:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _serve(data_dir: Path, port: int) -> LiveServer:
+def _serve(data_dir: Path, port: int, workers: int = 1) -> LiveServer:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
     env["SCHEDLOCK_EMBEDDED_DATA_DIR"] = str(data_dir)
-    server = spawn_server([sys.executable, "-m", "app", "serve", "--port", str(port)], env, port)
+    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", str(workers)]
+    server = spawn_server(command, env, port)
     wait_for(server, timeout=60)
     return server
 
 
-def test_serve_runs_on_the_embedded_database_and_stops_it(data_dir: Path) -> None:
-    server = _serve(data_dir, free_port())
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_runs_on_the_embedded_database_and_stops_it(data_dir: Path, workers: int) -> None:
+    server = _serve(data_dir, free_port(), workers)
     try:
         r = httpx.post(f"{server.url}/v1/locks/nightly/acquire", json={"lock_at_most_for": "10m"})
         assert r.status_code == 200, r.text
+        again = httpx.post(f"{server.url}/v1/locks/nightly/acquire", json={"lock_at_most_for": "10m"})
+        assert again.status_code == 409, "every worker uses the one embedded database"
         postmaster = _postmaster_pid(data_dir)
         assert _running(postmaster)
+        children = psutil.Process(server.process.pid).children()
     finally:
         output = stop_server(server)
     assert server.process.returncode == 0, output
+    assert not any(_running(child.pid) for child in children), "no worker outlives the server"
     assert _stopped(postmaster), "the embedded Postgres must stop with the server"
     assert "embedded Postgres stopped" in output
 

@@ -15,6 +15,13 @@ from app.ops.logs import configure_logging
 from app.settings import Settings
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="schedlock-server",
@@ -32,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to bind (default: SCHEDLOCK_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to bind (default: SCHEDLOCK_PORT or 8000)")
+    serve.add_argument(
+        "--workers",
+        type=_at_least_one,
+        help="server processes on the port, each with its own database pool and metrics (default: "
+        "SCHEDLOCK_WORKERS or 1; in containers, scale with replicas instead)",
+    )
     serve.add_argument(
         "--migrate",
         action="store_true",
@@ -69,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(settings.log_level, settings.log_format)
     if args.command == "serve":
-        overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+        flags = {"host": args.host, "port": args.port, "workers": args.workers}
+        overrides = {k: v for k, v in flags.items() if v is not None}
         if args.allow_unauthenticated:
             overrides["allow_unauthenticated"] = True
         return serve(settings.model_copy(update=overrides), migrate_first=args.migrate)

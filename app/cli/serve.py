@@ -1,6 +1,6 @@
-"""The server's commands: ``serve`` (uvicorn, with the embedded Postgres when no database URL is set),
-``migrate`` and ``openapi``. Heavy imports happen inside each command, so ``--help`` and the token commands stay
-fast."""
+"""The server's commands: ``serve`` (uvicorn, see app.cli.servers; with the embedded Postgres when no database URL
+is set), ``migrate`` and ``openapi``. Heavy imports happen inside each command, so ``--help`` and the token commands
+stay fast."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 from pydantic import SecretStr
 
@@ -33,11 +32,8 @@ def migrate(settings: Settings) -> int:
 
 
 def serve(settings: Settings, *, migrate_first: bool) -> int:
-    import uvicorn
-
-    from app.api.protocol import HttpProtocol
+    from app.cli import servers
     from app.db.embedded import EmbeddedPostgres
-    from app.main import create_app
 
     try:
         authenticator = Authenticator(settings)
@@ -50,9 +46,8 @@ def serve(settings: Settings, *, migrate_first: bool) -> int:
         logger.log(level, message)
         if level >= logging.ERROR:
             return 2
-    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal to the previous handler. Python's
-    # default would kill the process before the embedded Postgres is stopped; exit through `finally` instead.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # SIGTERM while the embedded Postgres starts or the migrations run: exit through `finally` (and see servers.run).
+    signal.signal(signal.SIGTERM, servers.exit_on_sigterm)
     embedded = None
     if settings.database_url is None:
         embedded = EmbeddedPostgres(settings.embedded_data_dir)
@@ -71,19 +66,7 @@ def serve(settings: Settings, *, migrate_first: bool) -> int:
         if migrate_first:
             migrate(settings)
         _announce(settings, authenticator)
-        uvicorn.run(
-            create_app(settings, freeze_gc=True, authenticator=authenticator),
-            host=settings.host,
-            port=settings.port,
-            loop="uvloop",
-            http=HttpProtocol,  # httptools, one write per response (app.api.protocol)
-            log_config=None,
-            # uvicorn's INFO line per request showed in the profile at full load. Logging requests, where
-            # wanted, is the app's job (middleware), with its own level and format.
-            access_log=False,
-            timeout_graceful_shutdown=10,
-            server_header=False,  # no "server: uvicorn" on every answer: nothing to gain from advertising it
-        )
+        servers.run(settings, authenticator)
     finally:
         if embedded is not None:
             embedded.stop()
@@ -109,10 +92,6 @@ def _announce(settings: Settings, authenticator: Authenticator) -> None:
         tokens,
         origins,
     )
-
-
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(0)
 
 
 def openapi(settings: Settings, output: Path | None) -> int:
