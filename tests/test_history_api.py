@@ -74,6 +74,10 @@ BAD_CURSORS = [
     _b64(b"runs:9223372036854775808"),
     _b64(b"runs:1\x00"),
     _b64(b"runs:1 "),
+    _b64(b"at:1:0"),
+    _b64(b"at::5"),
+    _b64(b"at:999999999999999999:5"),  # beyond the calendar
+    _b64(b"at:1:9223372036854775808"),
     _b64(b"some-lock-name"),  # a cursor of the lock list
     _b64(b"\xff\xfe"),
 ]
@@ -87,9 +91,32 @@ async def test_a_cursor_this_api_did_not_issue_is_422(client: httpx.AsyncClient,
     assert r.json()["error"]["code"] == "invalid_request" and r.json()["error"]["field"] == "cursor"
 
 
-async def test_the_largest_cursor_is_accepted(client: httpx.AsyncClient) -> None:
-    r = await client.get("/v1/runs", params={"cursor": _b64(b"runs:9223372036854775807"), "limit": 1})
+@pytest.mark.parametrize(
+    ("path", "cursor"), [("/v1/runs", _b64(b"runs:5")), ("/v1/locks/job-x/runs", _b64(b"at:1700000000000000:5"))]
+)
+async def test_a_cursor_of_the_other_list_is_422(client: httpx.AsyncClient, path: str, cursor: str) -> None:
+    r = await client.get(path, params={"cursor": cursor})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "cursor"
+
+
+async def test_the_largest_cursors_are_accepted(client: httpx.AsyncClient) -> None:
+    r = await client.get("/v1/locks/job-x/runs", params={"cursor": _b64(b"runs:9223372036854775807")})
     assert r.status_code == 200
+    r = await client.get("/v1/runs", params={"cursor": _b64(b"at:-62135596800000000:9223372036854775807")})
+    assert r.status_code == 200 and r.json()["items"] == []
+
+
+async def test_every_locks_runs_page_newest_first(client: httpx.AsyncClient, prefix: str) -> None:
+    tokens = [(await cycle(client, f"{prefix}{i % 2}"))["fencing_token"] for i in range(5)]
+    seen: list[int] = []
+    params: dict[str, Any] = {"prefix": prefix, "limit": 2}
+    while True:
+        body = (await client.get("/v1/runs", params=params)).json()
+        seen += [run["fencing_token"] for run in body["items"]]
+        if body["next_cursor"] is None:
+            break
+        params["cursor"] = body["next_cursor"]
+    assert seen == sorted(tokens, reverse=True)
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,9 @@ The runs are written by the lock table's trigger (migration 0002), never here. A
 ``running`` whose ``lock_until`` has passed is reported as ``expired`` at its ``lock_until``: nothing writes when a
 lease simply runs out, so that outcome is judged when read, with the database's clock like everything else.
 
-Pages are newest first in fencing-token order (one sequence numbers every acquisition, so the token is unique and
-is the keyset). The query text is static per combination of filters, as for the lock list.
+Pages are newest first: a lock's runs by fencing token (its acquisitions in order), every lock's runs by acquisition
+time, then token (one sequence numbers every acquisition, so the token breaks ties). Each order is an index of the
+runs table, and the keyset of its pages. The query text is static per combination of filters, as for the lock list.
 """
 
 from __future__ import annotations
@@ -72,35 +73,44 @@ class History:
               r.forced_by, r.force_reason
             FROM {self.runs_table} r WHERE {where}"""
 
-    async def run(self, fencing_token: int) -> Run | None:
-        """One run by its fencing token."""
-        rows = await self._store.fetch("runs", self._select("r.fencing_token = $1"), fencing_token)
+    async def run(self, name: str, fencing_token: int) -> Run | None:
+        """One run of ``name`` by its fencing token."""
+        rows = await self._store.fetch(
+            "runs", self._select("r.name = $1 AND r.fencing_token = $2"), name, fencing_token
+        )
         return _run(rows[0]) if rows else None
+
+    async def lock_page(self, name: str, *, limit: int, before: int | None = None) -> RunPage:
+        """The runs of ``name``, newest first, older than fencing token ``before``."""
+        where = "r.name = $1"
+        args: list[Any] = [name]
+        if before is not None:
+            where += " AND r.fencing_token < $2"
+            args.append(before)
+        return await self._page(where, "fencing_token DESC", args, limit)
 
     async def page(
         self,
         *,
         limit: int,
-        before: int | None = None,
-        name: str | None = None,
+        before: tuple[datetime, int] | None = None,
         prefix: str | None = None,
         scope: Sequence[str] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         ended: bool | None = None,
     ) -> RunPage:
-        """Runs newest first, older than fencing token ``before``. ``name``: one lock's; ``prefix``: names starting
-        with it; ``scope``: only names starting with one of these (a token's prefixes; None: all); ``since`` and
-        ``until``: acquired in [since, until) (naive UTC); ``ended``: only ended (True) or only running runs."""
-        where: list[str] = []
+        """Runs of every lock, newest first, acquired before ``before`` (acquired_at, fencing token). ``prefix``:
+        names starting with it; ``scope``: only names starting with one of these (a token's prefixes; None: all);
+        ``since`` and ``until``: acquired in [since, until) (naive UTC); ``ended``: only ended (True) or only
+        running (False) runs."""
         args: list[Any] = []
 
         def arg(value: Any) -> str:
             args.append(value)
             return f"${len(args)}"
 
-        if name is not None:
-            where.append(f"r.name = {arg(name)}")
+        where: list[str] = []
         if prefix:
             where.append(f"starts_with(r.name, {arg(prefix)})")
         if scope is not None:
@@ -113,11 +123,19 @@ class History:
             running = f"(r.outcome = 'running' AND r.lock_until > {NOW})"
             where.append(f"NOT {running}" if ended else running)
         if before is not None:
-            where.append(f"r.fencing_token < {arg(before)}")
-        runs = self._select(" AND ".join(where) or "true") + f" ORDER BY r.fencing_token DESC LIMIT {arg(limit + 1)}"
-        # One round trip even for an empty page: the clock comes from a one-row relation the runs are joined to.
-        sql = f"SELECT t.db_time, p.* FROM (SELECT {NOW} AS db_time) t LEFT JOIN LATERAL ({runs}) p ON true"
-        rows = await self._store.fetch("runs", sql + " ORDER BY p.fencing_token DESC", *args)
+            where.append(f"(r.acquired_at, r.fencing_token) < ({arg(before[0])}, {arg(before[1])})")
+        return await self._page(" AND ".join(where) or "true", "acquired_at DESC, fencing_token DESC", args, limit)
+
+    async def _page(self, where: str, order: str, args: list[Any], limit: int) -> RunPage:
+        """Runs matching ``where`` (over ``r``, parameters ``args``) in ``order``: one more than ``limit`` tells
+        whether a next page exists. One round trip even for an empty page: the clock comes from a one-row
+        relation the runs are joined to."""
+        runs = f"{self._select(where)} ORDER BY {_qualified(order, 'r')} LIMIT ${len(args) + 1}"
+        sql = (
+            f"SELECT t.db_time, p.* FROM (SELECT {NOW} AS db_time) t LEFT JOIN LATERAL ({runs}) p ON true "
+            f"ORDER BY {_qualified(order, 'p')}"
+        )
+        rows = await self._store.fetch("runs", sql, *args, limit + 1)
         found = [_run(r) for r in rows if r["fencing_token"] is not None]
         return RunPage(found[:limit], len(found) > limit, rows[0]["db_time"])
 
@@ -133,6 +151,10 @@ class History:
         rows = await self._store.fetch("skips", sql, name, hours)
         found = [SkipHour(r["hour"], int(r["skipped"])) for r in rows if r["hour"] is not None]
         return found, rows[0]["db_time"]
+
+
+def _qualified(order: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{term.strip()}" for term in order.split(","))
 
 
 def _run(record: Any) -> Run:

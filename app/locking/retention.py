@@ -41,12 +41,12 @@ class Pruner:
         self._batch = batch
         cutoff = f"{NOW} - $1::interval"
         # A run ended at the latest at its lock_until, and acquired_at <= lock_until: the acquired_at index finds the
-        # candidates, oldest first.
+        # candidates, oldest first. The runs table has no key: rows are picked by their physical address.
         self._runs_sql = f"""
             WITH gone AS (
-              DELETE FROM {history.runs_table} WHERE fencing_token IN (
-                SELECT fencing_token FROM {history.runs_table}
-                WHERE acquired_at < {cutoff} AND lock_until < {cutoff} ORDER BY acquired_at LIMIT $2)
+              DELETE FROM {history.runs_table} WHERE ctid = ANY(ARRAY(
+                SELECT ctid FROM {history.runs_table}
+                WHERE acquired_at < {cutoff} AND lock_until < {cutoff} ORDER BY acquired_at LIMIT $2))
               RETURNING 1)
             SELECT count(*) AS n FROM gone"""
         self._skips_sql = f"""

@@ -104,7 +104,8 @@ class LockStore:
             ended AS (
               UPDATE {runs_table(table, schema)} r SET outcome = 'force_released', ended_at = {NOW},
                 lock_until = {NOW}, forced_by = $2, force_reason = $3
-              FROM forced WHERE r.fencing_token = forced.fencing_token AND r.outcome = 'running')
+              FROM forced
+              WHERE r.name = forced.name AND r.fencing_token = forced.fencing_token AND r.outcome = 'running')
             SELECT true AS ok, {ROW}, {NOW} AS db_time FROM forced
             UNION ALL
             SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM forced)"""

@@ -52,7 +52,7 @@ async def force_release(
     principal.require_admin(name)
     by = principal.name or ANONYMOUS
     forced, row = await store.force_release(name, by, body.reason)
-    run = await history.run(row.fencing_token) if row.fencing_token else None
+    run = await history.run(name, row.fencing_token) if row.fencing_token else None
     if forced:
         client = request.client.host if request.client else None
         audit.info(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from datetime import datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -69,24 +70,49 @@ def run_view(run: Run, db_time: datetime) -> RunView:
     )
 
 
-_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,40}")
-_CURSOR = re.compile(rb"runs:([1-9][0-9]{0,18})")
+_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,60}")
+#: A lock's pages continue after a fencing token; the pages of every lock after (acquired_at in µs, fencing token).
+_LOCK_CURSOR = re.compile(rb"runs:([1-9][0-9]{0,18})")
+_ALL_CURSOR = re.compile(rb"at:(-?[0-9]{1,18}):([1-9][0-9]{0,18})")
+_EPOCH = datetime(1970, 1, 1)
 
 
-def encode_cursor(fencing_token: int) -> str:
-    return base64.urlsafe_b64encode(f"runs:{fencing_token}".encode()).decode().rstrip("=")
+def _encode(raw: str) -> str:
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> int:
-    """The fencing token a cursor continues after; 422 (field ``cursor``) for anything this API did not return."""
+def _decode(cursor: str, pattern: re.Pattern[bytes]) -> re.Match[bytes]:
+    """The cursor's fields; 422 (field ``cursor``) for anything this API did not return."""
     if _CURSOR_TEXT.fullmatch(cursor):
         try:
-            match = _CURSOR.fullmatch(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+            match = pattern.fullmatch(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         except (binascii.Error, ValueError):
             match = None
-        if match is not None and int(match.group(1)) < 2**63:
-            return int(match.group(1))
+        if match is not None and int(match.groups()[-1]) < 2**63:
+            return match
     raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
+
+
+def lock_cursor(run: Run) -> str:
+    return _encode(f"runs:{run.fencing_token}")
+
+
+def decode_lock_cursor(cursor: str) -> int:
+    return int(_decode(cursor, _LOCK_CURSOR).group(1))
+
+
+def all_cursor(run: Run) -> str:
+    at = as_utc_naive(run.acquired_at) - _EPOCH
+    return _encode(f"at:{at // timedelta(microseconds=1)}:{run.fencing_token}")
+
+
+def decode_all_cursor(cursor: str) -> tuple[datetime, int]:
+    match = _decode(cursor, _ALL_CURSOR)
+    try:
+        at = _EPOCH + timedelta(microseconds=int(match.group(1)))
+    except OverflowError:
+        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor") from None
+    return at, int(match.group(2))
 
 
 def _check_limit(settings: Settings, limit: int) -> None:
@@ -94,8 +120,8 @@ def _check_limit(settings: Settings, limit: int) -> None:
         raise InvalidRequest(f"limit: must be at most {settings.list_max_limit}", field="limit")
 
 
-def _list(page: RunPage) -> Response:
-    next_cursor = encode_cursor(page.runs[-1].fencing_token) if page.has_more else None
+def _list(page: RunPage, cursor: Callable[[Run], str]) -> Response:
+    next_cursor = cursor(page.runs[-1]) if page.has_more else None
     items = [run_view(run, page.db_time) for run in page.runs]
     return json_response(RunList(items=items, next_cursor=next_cursor, db_time=page.db_time))
 
@@ -109,7 +135,7 @@ Cursor = Annotated[str | None, Query(max_length=200, description="`next_cursor` 
     operation_id="listLockRuns",
     summary="A lock's runs, newest first",
     description="Every acquisition of the lock (through schedlock or by a Java node) with how it ended, newest "
-    "first. A name never acquired has no runs (an empty page).",
+    "first (by fencing token). A name never acquired has no runs (an empty page).",
     response_model=RunList,
     responses={**FORBIDDEN, **READ_ERRORS},
 )
@@ -123,16 +149,16 @@ async def lock_runs(
 ) -> Response:
     principal.require(name, write=False)
     _check_limit(settings, limit)
-    before = decode_cursor(cursor) if cursor is not None else None
-    return _list(await history.page(limit=limit, before=before, name=name))
+    before = decode_lock_cursor(cursor) if cursor is not None else None
+    return _list(await history.lock_page(name, limit=limit, before=before), lock_cursor)
 
 
 @router.get(
     "/v1/runs",
     operation_id="listRuns",
     summary="Runs of every lock, newest first",
-    description="Runs of the locks the caller may read, filtered by name prefix, by when they were acquired "
-    "([since, until)) and by whether they have ended.",
+    description="Runs of the locks the caller may read, newest first by acquisition time, filtered by name prefix, "
+    "by when they were acquired ([since, until)) and by whether they have ended.",
     response_model=RunList,
     responses=READ_ERRORS,
 )
@@ -154,11 +180,11 @@ async def list_runs(
     cursor: Cursor = None,
 ) -> Response:
     _check_limit(settings, limit)
-    before = decode_cursor(cursor) if cursor is not None else None
+    before = decode_all_cursor(cursor) if cursor is not None else None
     page = await history.page(
         limit=limit, before=before, prefix=prefix, scope=principal.prefixes, since=since, until=until, ended=ended
     )
-    return _list(page)
+    return _list(page, all_cursor)
 
 
 @router.get(

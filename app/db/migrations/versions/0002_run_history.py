@@ -44,13 +44,15 @@ def upgrade(settings: Any) -> None:
     aware = {col: bool(getattr(types[col], "timezone", False)) for col in ("locked_at", "lock_until")}
 
     # TEXT, not the lock table's lengths: an adopted table may allow longer values, and a history row that does not
-    # fit would make the lock change itself fail. fillfactor leaves room on each page, so the updates that end a run
-    # (no indexed column changes) stay heap-only.
+    # fit would make the lock change itself fail. For the same reason no constraint is unique: the fencing sequence
+    # already makes (name, fencing_token) unique, and a plain INSERT is the cheapest. Two indexes: a lock's runs by
+    # token, and every run by time. fillfactor leaves room on each page, so the updates that end a run (no indexed
+    # column changes) stay heap-only.
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS {runs} (
-          fencing_token BIGINT PRIMARY KEY,
           name TEXT NOT NULL,
+          fencing_token BIGINT NOT NULL,
           locked_by TEXT NOT NULL,
           token_name TEXT NULL,
           acquired_at TIMESTAMP NOT NULL,
@@ -64,7 +66,9 @@ def upgrade(settings: Any) -> None:
         """
     )
     op.execute(f"CREATE INDEX IF NOT EXISTS {quote_ident(f'{name}_runs_name_idx')} ON {runs} (name, fencing_token)")
-    op.execute(f"CREATE INDEX IF NOT EXISTS {quote_ident(f'{name}_runs_acquired_idx')} ON {runs} (acquired_at)")
+    op.execute(
+        f"CREATE INDEX IF NOT EXISTS {quote_ident(f'{name}_runs_acquired_idx')} ON {runs} (acquired_at, fencing_token)"
+    )
     op.execute(
         f"""
         CREATE TABLE IF NOT EXISTS {skips} (
@@ -109,25 +113,25 @@ def upgrade(settings: Any) -> None:
               ELSIF NEW.lease_token_hash IS NOT NULL
                   OR (new_until > old_until AND old_until > now_utc) THEN
                 UPDATE {runs} SET lock_until = new_until
-                  WHERE fencing_token = NEW.fencing_token AND outcome = 'running' AND lock_until <> new_until;
+                  WHERE name = NEW.name AND fencing_token = NEW.fencing_token AND outcome = 'running'
+                    AND lock_until <> new_until;
                 RETURN NULL;
               END IF;
               IF old_until > now_utc THEN
                 UPDATE {runs} SET outcome = 'released', ended_at = now_utc, lock_until = new_until
-                  WHERE fencing_token = NEW.fencing_token AND outcome = 'running';
+                  WHERE name = NEW.name AND fencing_token = NEW.fencing_token AND outcome = 'running';
               ELSE
                 UPDATE {runs} SET outcome = 'expired', ended_at = old_until, lock_until = old_until
-                  WHERE fencing_token = NEW.fencing_token AND outcome = 'running';
+                  WHERE name = NEW.name AND fencing_token = NEW.fencing_token AND outcome = 'running';
               END IF;
               RETURN NULL;
             END IF;
             UPDATE {runs} SET outcome = 'taken_over', ended_at = LEAST(now_utc, old_until), lock_until = old_until
-              WHERE fencing_token = OLD.fencing_token AND outcome = 'running';
+              WHERE name = OLD.name AND fencing_token = OLD.fencing_token AND outcome = 'running';
           END IF;
-          INSERT INTO {runs} (fencing_token, name, locked_by, token_name, acquired_at, lock_until)
-            VALUES (NEW.fencing_token, NEW.name, NEW.locked_by, substring(NEW.locked_by from '{TOKEN_NAME_RE}'),
-                    {locked_at}, new_until)
-            ON CONFLICT (fencing_token) DO NOTHING;
+          INSERT INTO {runs} (name, fencing_token, locked_by, token_name, acquired_at, lock_until)
+            VALUES (NEW.name, NEW.fencing_token, NEW.locked_by, substring(NEW.locked_by from '{TOKEN_NAME_RE}'),
+                    {locked_at}, new_until);
           RETURN NULL;
         END
         $runs$
@@ -139,12 +143,13 @@ def upgrade(settings: Any) -> None:
     # fencing trigger have token 0 and no identity to record.)
     op.execute(
         f"""
-        INSERT INTO {runs} (fencing_token, name, locked_by, token_name, acquired_at, lock_until)
-        SELECT fencing_token, name, locked_by, substring(locked_by from '{TOKEN_NAME_RE}'),
-               {_utc("locked_at", aware["locked_at"])}, {_utc("lock_until", aware["lock_until"])}
-        FROM {table}
-        WHERE fencing_token > 0 AND {_utc("lock_until", aware["lock_until"])} > timezone('utc', CURRENT_TIMESTAMP)
-        ON CONFLICT (fencing_token) DO NOTHING
+        INSERT INTO {runs} (name, fencing_token, locked_by, token_name, acquired_at, lock_until)
+        SELECT l.name, l.fencing_token, l.locked_by, substring(l.locked_by from '{TOKEN_NAME_RE}'),
+               {_utc("l.locked_at", aware["locked_at"])}, {_utc("l.lock_until", aware["lock_until"])}
+        FROM {table} l
+        WHERE l.fencing_token > 0
+          AND {_utc("l.lock_until", aware["lock_until"])} > timezone('utc', CURRENT_TIMESTAMP)
+          AND NOT EXISTS (SELECT FROM {runs} r WHERE r.name = l.name AND r.fencing_token = l.fencing_token)
         """
     )
 
