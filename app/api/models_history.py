@@ -17,21 +17,28 @@ REASON_MAX = 500
 
 
 class RunView(BaseModel):
+    """A run. The nullable fields are always present in answers (null when empty); the document marks them
+    optional only because its examples cannot carry a null."""
+
     name: str
     fencing_token: int = Field(description="The acquisition's fencing token: unique across the table (one sequence).")
     locked_by: str
-    token_name: str | None = Field(description="The API token that acquired it; null for Java rows and open servers.")
+    token_name: str | None = Field(
+        default=None, description="The API token that acquired it; null for Java rows and open servers."
+    )
     source: Literal["api", "table"] = Field(
         description="api: acquired through schedlock; table: by SQL on the table (a Java ShedLock node)."
     )
     acquired_at: UtcTime
     lock_until: UtcTime = Field(description="The lease's latest lock_until (extensions, the at-least window).")
-    ended_at: UtcTime | None = Field(description="When the run ended; null while it runs.")
+    ended_at: UtcTime | None = Field(default=None, description="When the run ended; null while it runs.")
     outcome: Outcome = Field(description="How it ended, or running (docs/history.md, 'How a run ends').")
     duration_ms: int = Field(description="ended_at - acquired_at; while running, the time so far.")
     skipped: int = Field(description="Acquire attempts answered 409 lock_held because this run held the lock.")
-    forced_by: str | None = Field(description="force_released: the admin token's name ('anonymous' without tokens).")
-    force_reason: str | None
+    forced_by: str | None = Field(
+        default=None, description="force_released: the admin token's name ('anonymous' without tokens)."
+    )
+    force_reason: str | None = None
 
 
 class RunList(BaseModel):
@@ -72,7 +79,7 @@ class ForceReleaseResponse(BaseModel):
     forced: bool = Field(description="false: the lock was not held, and nothing changed.")
     lock_until: UtcTime
     db_time: UtcTime
-    run: RunView | None = Field(description="The run of the lock's current row (null if it has none).")
+    run: RunView | None = Field(default=None, description="The run of the lock's current row (null if it has none).")
 
 
 _ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:[Zz]|[+-]\d{2}:?\d{2})?")

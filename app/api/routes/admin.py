@@ -10,10 +10,12 @@ import logging
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.api import openapi as doc
+from app.api import openapi_history as examples
 from app.api.deps import HistoryDep, PrincipalDep, StoreDep
 from app.api.models_history import ForceReleaseRequest, ForceReleaseResponse
 from app.api.routes.locks import LockName
-from app.api.routes.runs import READ_ERRORS, error_doc, json_response, run_view
+from app.api.routes.runs import json_response, run_view
 from app.locking.timefmt import format_time
 
 router = APIRouter(tags=["history"])
@@ -34,12 +36,8 @@ ANONYMOUS = "anonymous"
         "line. A lock that is not held is left alone (`forced: false`). The row is never deleted."
     ),
     response_model=ForceReleaseResponse,
-    responses={
-        403: error_doc("`forbidden`: the token is not an admin token, or the name is outside its prefixes."),
-        404: error_doc("`lock_not_found`: no lock of that name."),
-        413: error_doc("`payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES)."),
-        **READ_ERRORS,
-    },
+    responses={**doc.ok(examples.FORCE_RESPONSE), **examples.FORCE},
+    openapi_extra=doc.request_body(examples.FORCE_REQUEST),
 )
 async def force_release(
     name: LockName,

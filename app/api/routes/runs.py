@@ -11,14 +11,15 @@ import binascii
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from app.api import openapi as doc
+from app.api import openapi_history as examples
 from app.api.deps import HistoryDep, PrincipalDep, SettingsDep
-from app.api.models import ErrorBody
 from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, SkipList
 from app.api.routes.locks import LockName
 from app.errors import InvalidRequest
@@ -32,18 +33,6 @@ router = APIRouter(tags=["history"])
 
 #: 31 days: what GET .../skips may span.
 MAX_SKIP_HOURS = 744
-
-
-def error_doc(description: str) -> dict[str, Any]:
-    return {"model": ErrorBody, "description": description}
-
-
-READ_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: error_doc("`unauthorized`: no bearer token, or one the server does not know (servers with tokens only)."),
-    422: error_doc("`invalid_request`: a parameter is malformed (`cursor`, `limit`, `since`...); `field` names it."),
-    503: error_doc("`storage_unavailable`: the database cannot answer, or is not migrated; retry after `Retry-After`."),
-}
-FORBIDDEN: dict[int | str, dict[str, Any]] = {403: error_doc("`forbidden`: the name is outside the token's prefixes.")}
 
 
 def json_response(model: BaseModel) -> Response:
@@ -137,7 +126,7 @@ Cursor = Annotated[str | None, Query(max_length=200, description="`next_cursor` 
     description="Every acquisition of the lock (through schedlock or by a Java node) with how it ended, newest "
     "first (by fencing token). A name never acquired has no runs (an empty page).",
     response_model=RunList,
-    responses={**FORBIDDEN, **READ_ERRORS},
+    responses={**doc.ok(examples.LOCK_RUNS), **examples.READ_ONE},
 )
 async def lock_runs(
     name: LockName,
@@ -160,7 +149,7 @@ async def lock_runs(
     description="Runs of the locks the caller may read, newest first by acquisition time, filtered by name prefix, "
     "by when they were acquired ([since, until)) and by whether they have ended.",
     response_model=RunList,
-    responses=READ_ERRORS,
+    responses={**doc.ok(examples.ALL_RUNS), **examples.READ},
 )
 async def list_runs(
     principal: PrincipalDep,
@@ -195,7 +184,7 @@ async def list_runs(
     "hours (the current one included), newest first; hours without skips are left out. Counts reach the database "
     "every few seconds (SCHEDLOCK_HISTORY_FLUSH_INTERVAL).",
     response_model=SkipList,
-    responses={**FORBIDDEN, **READ_ERRORS},
+    responses={**doc.ok(examples.SKIPS), **examples.READ_ONE},
 )
 async def lock_skips(
     name: LockName,
