@@ -4,13 +4,18 @@ window ignored; ends the lease (release and extend answer not_holder); records w
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import subprocess
+import sys
+import tomllib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
+from app.auth.authenticator import Authenticator
 from app.auth.tokens import TokenConfigError, parse_tokens
 from app.settings import Settings
 from tests.support.api import acquire, extend, release, seconds
@@ -184,3 +189,20 @@ async def test_force_release_racing_release_and_takeover(client: httpx.AsyncClie
     runs = (await client.get(f"/v1/locks/{name}/runs", params={"limit": 1000})).json()["items"]
     assert all(r["outcome"] != "running" or r["source"] == "table" for r in runs)
     assert sum(r["source"] == "api" for r in runs) == 15
+
+
+def test_new_token_makes_admin_tokens() -> None:
+    def new_token(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "app", "new-token", "ops", "--prefix", "fr.", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    made = new_token("--admin")
+    assert made.returncode == 0, made.stderr
+    assert tomllib.loads(made.stderr)["tokens"][0]["admin"] is True
+    principal = Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {made.stdout.strip()}")
+    assert principal.is_admin and principal.prefixes == ("fr.",)
+    as_json = new_token("--admin", "--format", "json")
+    assert json.loads(as_json.stderr)["admin"] is True
+    assert "admin" not in json.loads(new_token("--format", "json").stderr), "unchanged for other tokens"
+    refused = new_token("--admin", "--read-only")
+    assert refused.returncode == 2 and 'admin token must have access = "read-write"' in refused.stderr
