@@ -14,7 +14,8 @@ in the machine's load favours neither side:
   advance, so they are only right on a cluster of the benchmark's own (a shared one counts everybody's writes);
 - pgbench (the store's acquire and release SQL, prepared): cycles at 8 clients, and refused acquires on 4 held names;
 - over HTTP (wrk with the benchmark's script, as ``python -m bench`` drives it): acquire + release cycles on 1024
-  names and on 4 names (contended), against one ``schedlock-server serve`` process.
+  names and on 4 names (contended), against one ``schedlock-server serve`` process; cycles/s, and the CPU per cycle
+  of the server and of the whole Postgres cluster (right on a cluster of the benchmark's own).
 
 The skip counter's own cost (an in-memory increment per 409) is timed on its own.
 """
@@ -69,6 +70,24 @@ def backend_cpu_s(pid: int) -> float:
     """User + system CPU seconds a Postgres backend (on this machine) has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def postgres_cpu_s(postmaster: int) -> float:
+    """CPU seconds of a Postgres cluster on this machine: the postmaster and every process it started (backends,
+    WAL writer, checkpointer, ...). Only the cluster's own work when nothing else uses it."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process has just ended
+            continue
+        if int(fields[1]) == postmaster or int(stat.parent.name) == postmaster:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 async def database_round(store: LockStore, pid: int, table: str, trigger: str, state: str, cycles: int) -> None:
@@ -142,23 +161,21 @@ def skip_counter_ns() -> float:
     return timeit.timeit(lambda: counter.count(row), number=n) / n * 1e9
 
 
-def http_round(server: target.Server, url: str, table: str, state: str, seconds: int) -> None:
+def http_round(server: target.Server, url: str, table: str, state: str, seconds: int, postmaster: int) -> None:
     for label, load in (
-        ("HTTP, 32 clients, 1024 names: cycles/s", Load("own", 32, seconds, 1024, "bench-")),
-        ("HTTP, 32 clients, 4 names (contended): cycles/s", Load("random", 32, seconds, 4, "bench-")),
+        ("HTTP, 32 clients, 1024 names", Load("own", 32, seconds, 1024, "bench-")),
+        ("HTTP, 32 clients, 4 names (contended)", Load("random", 32, seconds, 4, "bench-")),
     ):
+        postgres = postgres_cpu_s(postmaster)
         with target.ProcessWatch(server.pid) as watch:
             phase = run_wrk(server.url, load)
+        postgres = postgres_cpu_s(postmaster) - postgres
         target.expire_bench_leases(url, table, "bench-")
         summary: dict[str, Any] = phase.summary()
-        cpu = watch.cpu_s / (summary["requests_per_s"] * summary["seconds"]) * 1e6
-        record(label, state, (summary["cycles_per_s"], summary["acquire"]["p99_ms"]), ("/s", "ms acquire p99"))
-        record(
-            label.replace("cycles/s", "server CPU"),
-            state,
-            (cpu, summary["release"]["p99_ms"]),
-            ("µs/request", "ms release p99"),
-        )
+        cycles = summary["cycles_per_s"] * summary["seconds"]
+        record(f"{label}: cycles", state, (summary["cycles_per_s"], summary["acquire"]["p99_ms"]), ("/s", "ms p99"))
+        cpu = (watch.cpu_s / cycles * 1e6, postgres / cycles * 1e6)
+        record(f"{label}: CPU per cycle, server; Postgres", state, cpu, ("µs", "µs"))
 
 
 async def run(args: argparse.Namespace, settings: Settings, server: target.Server | None) -> None:
@@ -167,6 +184,7 @@ async def run(args: argparse.Namespace, settings: Settings, server: target.Serve
     pool = await create_pool(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}))
     store = LockStore(pool, settings.table_name, settings.table_schema, 5.0, on_held=SkipCounter("x").count)
     pid = (await store.fetch("get", "SELECT pg_backend_pid() AS pid"))[0]["pid"]
+    postmaster = parent_pid(pid)
     await store.fetch(
         "get",
         f"""INSERT INTO {table} (name, lock_until, locked_at, locked_by)
@@ -183,7 +201,7 @@ async def run(args: argparse.Namespace, settings: Settings, server: target.Serve
                             tps, ms = await asyncio.to_thread(pgbench, url, script, 8, args.seconds)
                             record(f"pgbench, 8 clients: {label}", state, (tps, ms), ("/s", "ms"))
                     if server is not None:
-                        await asyncio.to_thread(http_round, server, url, table, state, args.seconds)
+                        await asyncio.to_thread(http_round, server, url, table, state, args.seconds, postmaster)
     finally:
         await store.fetch("get", f"ALTER TABLE {table} ENABLE TRIGGER {trigger}")
         await close_pool(pool, 5.0)
@@ -217,7 +235,7 @@ def main() -> int:
         first, second = UNITS[label]
         on = [statistics.median(v[i] for v in by_state["on"]) for i in (0, 1)]
         off = [statistics.median(v[i] for v in by_state["off"]) for i in (0, 1)]
-        cells = [f"{x[0]:,.1f} {first}; {x[1]:.3f} {second}" for x in (on, off)]
+        cells = [f"{x[0]:,.1f} {first}; {x[1]:,.1f} {second}" for x in (on, off)]
         print(f"| {label} | {cells[0]} | {cells[1]} | {on[0] / off[0]:.3f} |")
     print(f"| skip counter: one refused acquire counted | {skip_counter_ns():.0f} ns | (none) | |")
     return 0
