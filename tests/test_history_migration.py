@@ -4,34 +4,36 @@ TIMESTAMPTZ times or longer names keep working, recorded in UTC; running it agai
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import pytest
 from alembic import command
 
 from app.db import migrate
 from app.settings import Settings
 from tests.support.api import acquire, release, seconds
-from tests.support.apps import in_process, make_settings
+from tests.support.apps import fresh_table, in_process
 from tests.support.java import JavaNode
 
 
 @pytest.fixture
 async def fresh(database_url: str) -> AsyncIterator[tuple[Any, Settings]]:
-    schema = f"hmig_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
-    try:
-        yield conn, make_settings(database_url, f"{schema}.shedlock")
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await conn.close()
+    async with fresh_table(database_url, "hmig") as pair:
+        yield pair
 
 
 async def upgrade(settings: Settings, revision: str = "head") -> None:
     await asyncio.to_thread(command.upgrade, migrate.alembic_config(settings), revision)
+
+
+async def java_table(conn: Any, settings: Settings, *, name: str, ts: str, by: str) -> None:
+    """A lock table as a Java deployment made it, with these column types, before schedlock adopts it."""
+    await conn.execute(f'CREATE SCHEMA "{settings.table_schema}"')
+    await conn.execute(
+        f"""CREATE TABLE {settings.table}(name {name} NOT NULL, lock_until {ts} NOT NULL,
+        locked_at {ts} NOT NULL, locked_by {by} NOT NULL, PRIMARY KEY (name))"""
+    )
 
 
 def runs_table(settings: Settings) -> str:
@@ -57,11 +59,7 @@ async def test_leases_held_during_the_upgrade_get_their_run(fresh: tuple[Any, Se
 
 async def test_a_timestamptz_table_is_recorded_in_utc(fresh: tuple[Any, Settings]) -> None:
     conn, settings = fresh
-    await conn.execute(f'CREATE SCHEMA "{settings.table_schema}"')
-    await conn.execute(
-        f"""CREATE TABLE {settings.table}(name VARCHAR(64) NOT NULL, lock_until TIMESTAMPTZ NOT NULL,
-        locked_at TIMESTAMPTZ NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))"""
-    )
+    await java_table(conn, settings, name="VARCHAR(64)", ts="TIMESTAMPTZ", by="VARCHAR(255)")
     await upgrade(settings)
     java = JavaNode(conn, settings.table, hostname="java-host-1")
     await java.insert_or_take_over("java-job", 600.0)
@@ -81,11 +79,7 @@ async def test_a_timestamptz_table_is_recorded_in_utc(fresh: tuple[Any, Settings
 async def test_an_adopted_table_with_longer_names_keeps_working(fresh: tuple[Any, Settings]) -> None:
     # A history row that does not fit must never make the lock change itself fail.
     conn, settings = fresh
-    await conn.execute(f'CREATE SCHEMA "{settings.table_schema}"')
-    await conn.execute(
-        f"""CREATE TABLE {settings.table}(name VARCHAR(255) NOT NULL, lock_until TIMESTAMP NOT NULL,
-        locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(1000) NOT NULL, PRIMARY KEY (name))"""
-    )
+    await java_table(conn, settings, name="VARCHAR(255)", ts="TIMESTAMP", by="VARCHAR(1000)")
     await upgrade(settings)
     java = JavaNode(conn, settings.table, hostname="h" * 900)
     assert await java.insert_or_take_over("n" * 200, 600.0)

@@ -18,6 +18,7 @@ from app.locking.retention import RETENTION_LOCK
 from app.settings import Settings
 from tests.support.api import acquire
 from tests.support.apps import drop_schema, in_process, make_settings
+from tests.support.statements import watched
 
 OLD = "timezone('utc', now()) - interval '40 days'"
 
@@ -82,22 +83,18 @@ async def test_old_history_goes_in_batches_under_the_lock(
     await seed(db, own_table, tag)
     store = app.state.store
     statements: list[int] = []
-    real_fetch = store.fetch
 
-    async def watched(operation: str, sql: str, *args: Any) -> list[Any]:
-        if operation == "prune":  # each batch runs while this replica holds the retention lock
+    async def hook(operation: str, rows: list[Any] | None) -> None:
+        if operation != "prune":
+            return
+        if rows is None:  # each batch runs while this replica holds the retention lock
             row = await store.get(RETENTION_LOCK)
             assert row.held and row.locked_by.startswith(app.state.pruner.holder)
-        rows: list[Any] = await real_fetch(operation, sql, *args)
-        if operation == "prune":
+        else:
             statements.append(int(rows[0]["n"]))
-        return rows
 
-    store.fetch = watched
-    try:
+    with watched(store, hook):
         assert await app.state.pruner.prune_once() == 14
-    finally:
-        del store.fetch
     assert statements == [3, 3, 3, 1, 3, 1]  # batches of 3: ten runs, then four skip counts
     locks, runs, skips = tables(own_table)
     assert await count(db, runs, tag) == 6, "the recent runs, and the old one still running"
@@ -124,22 +121,18 @@ async def test_two_replicas_prune_one_at_a_time(own_table: Settings, db: Any) ->
     tag = uuid.uuid4().hex[:8]
     await seed(db, own_table, tag)
     async with in_process(own_table) as (first, _), in_process(own_table) as (second, _):
-        store = first.state.store
-        real_fetch = store.fetch
         pruning = asyncio.Event()
 
-        async def slow(operation: str, sql: str, *args: Any) -> list[Any]:
-            if operation == "prune":
+        async def slow(operation: str, rows: list[Any] | None) -> None:
+            if operation == "prune" and rows is None:
                 pruning.set()
                 await asyncio.sleep(0.1)
-            rows: list[Any] = await real_fetch(operation, sql, *args)
-            return rows
 
-        store.fetch = slow
-        busy = asyncio.create_task(first.state.pruner.prune_once())
-        await pruning.wait()
-        assert await second.state.pruner.prune_once() is None
-        assert await busy == 14
+        with watched(first.state.store, slow):
+            busy = asyncio.create_task(first.state.pruner.prune_once())
+            await pruning.wait()
+            assert await second.state.pruner.prune_once() is None
+            assert await busy == 14
     assert await count(db, tables(own_table)[1], tag) == 6
 
 

@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import pytest
 
 from app.db import migrate
 from app.settings import Settings
-from tests.support.apps import in_process, make_settings
+from tests.support.apps import fresh_table, in_process
 from tests.support.java import JavaNode
 
 JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NULL,
@@ -23,13 +21,8 @@ JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NU
 
 @pytest.fixture
 async def fresh(database_url: str) -> AsyncIterator[tuple[Any, Settings]]:
-    schema = f"mig_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
-    try:
-        yield conn, make_settings(database_url, f"{schema}.shedlock")
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await conn.close()
+    async with fresh_table(database_url, "mig") as pair:
+        yield pair
 
 
 async def upgrade(settings: Settings) -> None:

@@ -23,6 +23,7 @@ from app.settings import Settings
 from tests.support.api import acquire
 from tests.support.apps import in_process
 from tests.support.servers import free_port
+from tests.support.statements import watched
 
 NOON = datetime(2026, 11, 29, 12)
 
@@ -40,18 +41,13 @@ async def test_refusals_are_written_in_one_statement(app: FastAPI, client: httpx
         for _ in range(3):
             assert (await acquire(client, n, "10m")).status_code == 409
     store, statements = app.state.store, []
-    real_fetch = store.fetch
 
-    async def watched(operation: str, sql: str, *args: Any) -> list[Any]:
-        statements.append(operation)
-        rows: list[Any] = await real_fetch(operation, sql, *args)
-        return rows
+    async def hook(operation: str, rows: list[Any] | None) -> None:
+        if rows is None:
+            statements.append(operation)
 
-    store.fetch = watched
-    try:
+    with watched(store, hook):
         assert await app.state.skips.flush(store) >= 15  # other tests' refusals may be in this flush too
-    finally:
-        del store.fetch
     assert statements == ["flush_skips"]
     assert [await run_skips(client, n) for n in names] == [3] * 5
     assert await app.state.skips.flush(store) == 0

@@ -8,8 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from app.api.models import UtcTime
-from app.locking.names import CONTROL_CHARS
+from app.api.models import UtcTime, reject_control_chars
 from app.locking.timefmt import as_utc_naive
 
 Outcome = Literal["running", "released", "expired", "taken_over", "force_released"]
@@ -60,16 +59,10 @@ class SkipList(BaseModel):
     db_time: UtcTime
 
 
-def _check_reason(value: Any) -> Any:
-    if isinstance(value, str) and CONTROL_CHARS.search(value):
-        raise ValueError("must not contain control characters")
-    return value
-
-
 class ForceReleaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: Annotated[str, BeforeValidator(_check_reason)] = Field(
+    reason: Annotated[str, BeforeValidator(reject_control_chars)] = Field(
         min_length=1, max_length=REASON_MAX, description="Why; recorded in the run and the audit log."
     )
 

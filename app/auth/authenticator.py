@@ -23,6 +23,7 @@ from pathlib import Path
 
 from app.auth.tokens import ALL_NAMES, TokenConfigError, TokenEntry, digest, parse_tokens
 from app.errors import Forbidden, Unauthorized
+from app.locking.periodic import in_background
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock.auth")
@@ -183,13 +184,8 @@ class Authenticator:
                 await asyncio.sleep(self._interval)
                 self.reload_if_changed()
 
-        task = asyncio.create_task(poll(), name="schedlock-tokens-reload")
-        try:
+        async with in_background(poll(), "schedlock-tokens-reload"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def _stat(path: Path) -> tuple[int, int, int]:

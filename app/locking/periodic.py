@@ -7,7 +7,8 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 from app.errors import StorageUnavailable
 from app.locking.retention import Pruner
@@ -33,7 +34,14 @@ async def every(seconds: float, chore: Callable[[], Awaitable[object]], name: st
                 logger.exception("%s failed; trying again in %gs", name, seconds)
             await asyncio.sleep(seconds)
 
-    task = asyncio.create_task(loop(), name=name)
+    async with in_background(loop(), name):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def in_background(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
+    """While entered, ``work`` runs as a task; on exit it is cancelled, and waited for."""
+    task = asyncio.create_task(work, name=name)
     try:
         yield
     finally:

@@ -9,6 +9,10 @@ Lease tokens: acquire generates a random secret; only its SHA-256 is stored (``l
 extend match on that hash, so they only touch the row while it still carries this lease. When a Java node
 takes the row over, the table's trigger clears the hash (see the migration), so an old token stops working.
 A released lease keeps a marker hash, so a repeated release is idempotent and an extend after release fails.
+A force-released lease gets an empty hash, which no token matches.
+
+The run history (app.locking.history) is written by the table's trigger, in each statement's own transaction; only
+force-release writes to it here, to record who forced and why.
 """
 
 from __future__ import annotations

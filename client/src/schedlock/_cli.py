@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from schedlock._base import windows
-from schedlock._cli_history import force_release, history_parsers, positive_int, runs
+from schedlock._cli_history import force_release, history_parsers, positive_int, print_table, runs
 from schedlock._durations import parse_duration
 from schedlock._exceptions import APIError, LockNotFound, NotHolder, ServiceUnavailable
 from schedlock._keepalive import MINIMUM_LOCK_AT_MOST_FOR, check_keep_alive
@@ -248,9 +248,7 @@ def _list(client: LockClient, args: argparse.Namespace) -> int:
         [lock.name, "yes" if lock.held else "no", format_time(lock.lock_until), str(lock.fencing_token), lock.locked_by]
         for lock in locks
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    print_table(rows)
     return Exit.OK
 
 

@@ -85,10 +85,15 @@ def runs(client: LockClient, args: argparse.Namespace) -> int:
         ]
         for run in found
     ]
+    print_table(rows)
+    return Exit.OK
+
+
+def print_table(rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell; the last one left ragged (it is the long one)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
-    return Exit.OK
 
 
 def force_release(client: LockClient, args: argparse.Namespace) -> int:
