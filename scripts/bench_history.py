@@ -76,18 +76,25 @@ def parent_pid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def postgres_cpu_s(postmaster: int) -> float:
-    """CPU seconds of a Postgres cluster on this machine: the postmaster and every process it started (backends,
-    WAL writer, checkpointer, ...). Only the cluster's own work when nothing else uses it."""
-    total = 0.0
+def postgres_cpu_s(postmaster: int) -> dict[int, float]:
+    """CPU seconds of each process of a Postgres cluster on this machine: the postmaster and every process it
+    started (backends, WAL writer, checkpointer, autovacuum workers...)."""
+    found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:  # the process has just ended
             continue
-        if int(fields[1]) == postmaster or int(stat.parent.name) == postmaster:
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
+        pid = int(stat.parent.name)
+        if int(fields[1]) == postmaster or pid == postmaster:
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+def postgres_cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU the cluster used between two samples: processes started meanwhile count whole; one that ended meanwhile
+    is lost (its last figure is unknown), so this errs low, never negative."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 async def database_round(store: LockStore, pid: int, table: str, trigger: str, state: str, cycles: int) -> None:
@@ -169,7 +176,7 @@ def http_round(server: target.Server, url: str, table: str, state: str, seconds:
         postgres = postgres_cpu_s(postmaster)
         with target.ProcessWatch(server.pid) as watch:
             phase = run_wrk(server.url, load)
-        postgres = postgres_cpu_s(postmaster) - postgres
+        postgres = postgres_cpu_delta(postgres, postgres_cpu_s(postmaster))
         target.expire_bench_leases(url, table, "bench-")
         summary: dict[str, Any] = phase.summary()
         cycles = summary["cycles_per_s"] * summary["seconds"]
