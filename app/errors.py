@@ -85,6 +85,14 @@ class PayloadTooLarge(SchedlockError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(SchedlockError):
+    """A request body that does not say it is JSON (``Content-Type: application/json`` or ``application/*+json``)."""
+
+    status = 415
+    code = "unsupported_media_type"
+    headers = MappingProxyType({"Accept": "application/json"})
+
+
 class RouteNotFound(SchedlockError):
     status = 404
     code = "not_found"
@@ -112,6 +120,7 @@ ERROR_CODES: dict[str, int] = {
         Unauthorized,
         Forbidden,
         PayloadTooLarge,
+        UnsupportedMediaType,
         RouteNotFound,
         MethodNotAllowed,
         InternalError,

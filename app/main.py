@@ -16,12 +16,15 @@ from app.api.errors import install_error_handlers
 from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
+from app.api.middleware.origin import OriginGuard
 from app.api.routes import admin, docs, health, locks, runs
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
-from app.db.migrate import head_revision, known_revisions, version_table_for
+from app.auth.exposure import is_loopback
+from app.db.migrate import head_revision, known_revisions, schema_problem, version_table_for
 from app.db.schema import qualified_name, skips_table
 from app.db.statements import close_pool, create_pool
+from app.errors import StorageUnavailable
 from app.locking.history import History
 from app.locking.periodic import history_chores
 from app.locking.retention import Pruner
@@ -48,6 +51,9 @@ Errors always have the shape `{"error": {"code": ..., "message": ...}}`.
 With API tokens configured, every `/v1` request needs `Authorization: Bearer <token>`; a token may only use
 names starting with its prefixes, and may be read-only. `/healthz`, `/readyz`, `/docs` and `/openapi.json`
 need no token.
+
+Bodies are JSON (`Content-Type: application/json`; anything else is 415). A browser page may call the API only
+from the server's own origin or one listed in `SCHEDLOCK_ALLOWED_ORIGINS` (CORS); any other `Origin` gets 403.
 """
 
 
@@ -89,6 +95,7 @@ def create_app(
         )
         app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
         metrics.watch(pool, store)
+        await _warn_if_not_migrated(app, settings)
         if freeze_gc:
             gc.collect()
             gc.freeze()
@@ -134,5 +141,24 @@ def create_app(
         lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
         app.add_middleware(LeanRoutes, routes=lean_routes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    loopback_only = not authenticator.enabled and is_loopback(settings.host)
+    app.add_middleware(OriginGuard, allowed=settings.allowed_origins or (), loopback_only=loopback_only)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
     return app
+
+
+async def _warn_if_not_migrated(app: FastAPI, settings: Settings) -> None:
+    """Say once, at start-up, when the table is not at this release's schema, and what to run. (The database
+    being down is logged apart, by app.db.availability; /readyz keeps answering 503 until the schema is right.)"""
+    try:
+        current = await app.state.store.schema_revision(app.state.version_table)
+    except StorageUnavailable:
+        return
+    problem = schema_problem(current, app.state.schema_revision, app.state.known_revisions)
+    if problem is not None:
+        logger.warning(
+            "table %s %s: lock requests will fail until it is; run `schedlock-server migrate` with the same "
+            "SCHEDLOCK_DATABASE_URL and SCHEDLOCK_TABLE",
+            settings.table,
+            problem,
+        )

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_$]{0,62}"
 _TABLE_RE = re.compile(rf"^(?:({_IDENT})\.)?({_IDENT})$")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class Settings(BaseSettings):
@@ -55,6 +57,27 @@ class Settings(BaseSettings):
     tokens_reload_interval: float = Field(default=2.0, ge=0, description="Seconds between checks of tokens_file.")
     allow_unauthenticated: bool = Field(default=False, description="Serve without tokens on a non-loopback host.")
     max_body_bytes: int = Field(default=16384, ge=1024, description="Larger request bodies get 413.")
+    allowed_origins: Annotated[list[str] | None, NoDecode] = Field(
+        default=None,
+        description="Comma-separated origins (https://host[:port]) whose browser pages may call the API (CORS); "
+        "pages from any other origin but the server's own get 403. See docs/cors.md.",
+    )
+
+    @field_validator("allowed_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        return [part for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _check_origins(cls, origins: list[str] | None) -> list[str] | None:
+        if origins is None:
+            return None
+        parsed = [parse_origin(text) for text in origins]
+        bad = [text for text, origin in zip(origins, parsed, strict=True) if origin is None]
+        if bad:
+            raise ValueError(f"not an origin: {bad[0]!r}; write scheme://host[:port], e.g. https://jobs.example.com")
+        return [origin for origin in parsed if origin is not None]
 
     # The run history (docs/history.md). Durations are ISO-8601 (P30D, PT10M).
     history_retention: timedelta = Field(
@@ -110,11 +133,23 @@ class Settings(BaseSettings):
         scheme, rest = url.split("://", 1)
         return f"postgresql://{rest}" if scheme != "postgresql" else url
 
-    def sqlalchemy_url(self) -> str:
-        """The database URL in the form SQLAlchemy's async engine accepts."""
-        return "postgresql+asyncpg://" + self.asyncpg_dsn().split("://", 1)[1]
-
     def _require_url(self) -> str:
         if self.database_url is None:
             raise RuntimeError("no database URL: set SCHEDLOCK_DATABASE_URL or use the embedded database")
         return self.database_url.get_secret_value()
+
+
+def parse_origin(text: str) -> str | None:
+    """An origin as browsers send it in ``Origin``: ``scheme://host[:port]`` in lower case, without the scheme's
+    default port; None when ``text`` is not one (a path, a query, credentials, another scheme, "*")."""
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname or parts.path not in ("", "/"):
+        return None
+    if parts.query or parts.fragment or parts.username is not None:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, _DEFAULT_PORTS[parts.scheme]) else "")

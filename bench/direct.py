@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import uvloop
 
+from app.db.availability import Availability
 from app.errors import LockHeld, SchedlockError
 from app.locking.leases import new_locked_by
 from app.locking.store import LockStore
@@ -31,6 +32,7 @@ class _OneConnection:
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
+        self.availability = Availability()  # told of each statement's outcome, as the real pool's is
 
     async def acquire(self, max_wait: float) -> Any:
         return self._conn

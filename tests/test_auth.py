@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
 from app.auth.tokens import TokenConfigError, hash_secret, parse_tokens
+from app.errors import Unauthorized
 from app.main import create_app
 from app.settings import Settings
 from tests.support.apps import in_process
@@ -108,6 +109,49 @@ async def test_missing_or_unknown_token_is_401(
         for secret in SECRETS.values():
             assert secret not in r.text
     assert await db.fetchval(f"SELECT count(*) FROM {settings.table} WHERE name = $1", name) == 0
+
+
+_GOOD = SECRETS["billing"]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [f"Bearer {_GOOD}", f"bearer {_GOOD}", f"BEARER {_GOOD}", f"Bearer   {_GOOD}", f" Bearer {_GOOD}\t"],
+    ids=["canonical", "lower", "upper", "spaces", "field-whitespace"],
+)
+def test_the_bearer_grammar_accepts_rfc_6750_credentials(header: str) -> None:
+    assert Authenticator(Settings(tokens=token_config())).authenticate(header).name == "billing-cron"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        f"Bearer\u00a0{_GOOD}",  # no-break space: whitespace to str.strip(), not to RFC 6750
+        f"Bearer {_GOOD}\u00a0",
+        f"\u0085Bearer {_GOOD}",  # NEL
+        f"Bearer {_GOOD}\u0085",
+        f"Bearer\u3000{_GOOD}",  # ideographic space
+        f"Bearer\t{_GOOD}",  # 1*SP: a tab does not separate scheme and token
+        f"Bearer {_GOOD}\n",
+        f"Bearer {_GOOD} extra",
+        f"Bearer {_GOOD},",
+        f"Bearer ={_GOOD}",  # "=" only at the end
+        f"Bearer {_GOOD[:5]}\u00e9{_GOOD[5:]}",
+        f"Bearer{_GOOD}",
+    ],
+    ids=repr,
+)
+def test_the_bearer_grammar_refuses_anything_else(header: str) -> None:
+    with pytest.raises(Unauthorized, match="malformed"):
+        Authenticator(Settings(tokens=token_config())).authenticate(header)
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u0085"], ids=["nbsp", "nel"])
+async def test_non_ascii_whitespace_around_the_secret_is_401_over_http(api: httpx.AsyncClient, space: str) -> None:
+    for header in (f"Bearer {_GOOD}{space}", f"Bearer{space}{_GOOD}"):
+        raw = (b"Authorization", header.encode("latin-1"))  # as a client would send the byte
+        r = await api.get("/v1/locks/billing.x", headers=[raw])
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", r.text
 
 
 async def test_unauthenticated_callers_learn_nothing_from_validation(api: httpx.AsyncClient) -> None:
@@ -261,6 +305,7 @@ access = "read-write"
         ({"prefixes": [""]}, '"*"'),
         ({"prefixes": ["billing.*"]}, "not globs"),
         ({"prefixes": ["a/b"]}, "never match"),
+        ({"prefixes": ["a\ud800"]}, "never match"),  # a lone surrogate: JSON can spell it, Postgres cannot hold it
         ({"access": "admin"}, "access"),
         ({"name": "has space"}, "name"),
         ({"scopes": ["x"]}, "scopes"),
@@ -369,6 +414,9 @@ def test_new_token_and_hash_token(tmp_path: Path) -> None:
     assert hashed.returncode == 0 and hashed.stdout.strip() == hash_secret(secret)
     short = cli("hash-token", stdin="password123\n")
     assert short.returncode == 2 and "at least 32" in short.stderr and "password123" not in short.stderr
+    unsendable = "x" * 40 + "\u00a0!"  # no client could present it as a bearer token
+    refused = cli("hash-token", stdin=unsendable + "\n")
+    assert refused.returncode == 2 and "letters, digits" in refused.stderr and unsendable not in refused.stderr
 
     as_json = cli("new-token", "x", "--prefix", "*", "--format", "json")
     assert json.loads(as_json.stderr)["prefixes"] == ["*"]

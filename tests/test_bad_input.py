@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
@@ -26,6 +27,9 @@ BAD_DURATIONS = [
     "10mss",
     "99999999999999d",
     "PT-5M",
+    "10s\n",
+    "\u0661\u0660s",
+    "\uff11\uff10m",
     True,
     1.5,
     None,
@@ -92,6 +96,40 @@ async def test_body_that_is_not_json(client: httpx.AsyncClient, name: str) -> No
     assert r.json()["error"] == {**r.json()["error"], "code": "invalid_request", "field": "body"}
 
 
+BODY = b'{"lock_at_most_for": "1m"}'
+
+
+@pytest.mark.parametrize(
+    "request_args",
+    [
+        {"content": BODY, "headers": {"content-type": "text/plain"}},  # what a cross-site <form> or fetch sends
+        {"content": BODY, "headers": {"content-type": "text/plain;charset=UTF-8"}},
+        {"data": {"lock_at_most_for": "1m"}},
+        {"files": {"lock_at_most_for": b"1m"}},
+        {"content": BODY},  # no Content-Type at all
+        {"content": BODY, "headers": {"content-type": "application/json-seq"}},
+        {"content": BODY, "headers": {"content-type": "json"}},
+    ],
+    ids=["text", "text-charset", "form", "multipart", "none", "json-seq", "bare"],
+)
+async def test_a_body_not_declared_json_is_415_and_takes_no_lock(
+    client: httpx.AsyncClient, name: str, request_args: dict[str, Any]
+) -> None:
+    r = await client.post(f"/v1/locks/{name}/acquire", **request_args)
+    assert r.status_code == 415, r.text
+    assert r.json()["error"]["code"] == "unsupported_media_type" and r.headers["accept"] == "application/json"
+    assert (await client.get(f"/v1/locks/{name}")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json", "Application/JSON; charset=utf-8", "application/problem+json", "application/vnd.x+json"],
+)
+async def test_json_media_types_are_accepted(client: httpx.AsyncClient, name: str, content_type: str) -> None:
+    r = await client.post(f"/v1/locks/{name}/acquire", content=BODY, headers={"content-type": content_type})
+    assert r.status_code == 200, r.text
+
+
 async def test_release_and_extend_need_a_token(client: httpx.AsyncClient, name: str) -> None:
     for action, body in (("release", {}), ("extend", {"lock_at_most_for": "1m"}), ("release", {"token": ""})):
         r = await client.post(f"/v1/locks/{name}/{action}", json=body)
@@ -122,6 +160,75 @@ async def test_bad_list_parameters(client: httpx.AsyncClient, params: dict[str, 
     r = await client.get("/v1/locks", params=params)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == field
+
+
+def _cursor(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "!!!",
+        "",
+        "é",  # not base64 at all
+        "a" * 201,  # over the declared maximum length
+        _cursor(b"a\x00b"),  # a NUL: Postgres text cannot hold it (was a 500 and a traceback)
+        _cursor(b"\x00"),
+        _cursor(b"\xff\xfe"),  # not UTF-8
+        _cursor(b"\xed\xa0\x80"),  # an encoded surrogate: not UTF-8 either
+        _cursor(b"tab\tname"),  # decodes, but to no possible lock name
+        _cursor(b"a/b"),
+        _cursor(b"x" * 65),
+        _cursor(b"c1\xc2\x85"),
+    ],
+    ids=repr,
+)
+async def test_every_malformed_cursor_is_a_422_naming_the_cursor(client: httpx.AsyncClient, cursor: str) -> None:
+    r = await client.get("/v1/locks", params={"cursor": cursor})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "invalid_request" and r.json()["error"]["field"] == "cursor"
+
+
+async def test_a_cursor_the_api_returned_still_works(client: httpx.AsyncClient, name: str) -> None:
+    for suffix in ("a", "b"):
+        assert (await acquire(client, f"{name}-{suffix}", "1m")).status_code == 200
+    first = (await client.get("/v1/locks", params={"prefix": name, "limit": 1})).json()
+    second = (await client.get("/v1/locks", params={"prefix": name, "cursor": first["next_cursor"]})).json()
+    assert [item["name"] for item in first["items"] + second["items"]] == [f"{name}-a", f"{name}-b"]
+
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "request_args", "field"),
+    [
+        ("POST", "/v1/locks/a%00b/acquire", {"json": {"lock_at_most_for": "1m"}}, "name"),
+        ("GET", "/v1/locks/a%00b", {}, "name"),
+        ("GET", "/v1/locks", {"params": {"prefix": "a\x00"}}, "prefix"),
+        ("POST", "/v1/locks/{name}/acquire", {"json": {"lock_at_most_for": "1m", "holder": "a\x00b"}}, "holder"),
+        ("POST", "/v1/locks/{name}/acquire", {"json": {"lock_at_most_for": "1m\x00"}}, "lock_at_most_for"),
+        # A lone surrogate is legal JSON syntax but no text Postgres (or UTF-8) can hold: the body is refused.
+        ("POST", "/v1/locks/{name}/acquire", {"content": b'{"lock_at_most_for": "1m", "holder": "\\ud800"}'}, "body"),
+        ("POST", "/v1/locks/{name}/release", {"content": b'{"token": "\\udfff"}'}, "body"),
+        ("POST", "/v1/locks/{name}/extend", {"json": {"token": "t", "lock_at_most_for": "\x00"}}, "lock_at_most_for"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+async def test_text_postgres_cannot_store_never_reaches_it(
+    client: httpx.AsyncClient, name: str, method: str, path: str, request_args: dict[str, Any], field: str
+) -> None:
+    """Every value that reaches SQL as text (names, holders, prefixes, cursors; durations are parsed first)."""
+    r = await client.request(method, path.format(name=name), headers=JSON, **request_args)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == field
+    assert (await client.get(f"/v1/locks/{name}")).status_code == 404, "nothing may be written"
+
+
+async def test_a_token_with_a_nul_is_only_ever_hashed(client: httpx.AsyncClient, name: str) -> None:
+    r = await client.post(f"/v1/locks/{name}/release", json={"token": "a\x00b"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "lock_not_found"
 
 
 async def test_unknown_routes_and_methods_use_the_error_shape(client: httpx.AsyncClient) -> None:

@@ -272,7 +272,7 @@ def test_the_installed_package_migrates_from_outside_the_source_tree(installed: 
         )
         assert result.returncode == 0, result.stdout + result.stderr
         last = json.loads(result.stderr.strip().splitlines()[-1])
-        assert last["level"] == "info" and "newest schema revision" in last["message"]
+        assert last["level"] == "info" and f"created table {schema}.shedlock at schema revision" in last["message"]
         assert _table_exists(database_url, schema)
     finally:
         drop_schema(database_url, schema)

@@ -54,6 +54,10 @@ EXCLUDED = {
     ("docs/deploy.md", "helm install"): "needs a Kubernetes cluster; tests/test_helm.py renders and validates the "
     "chart",
     ("docs/performance.md", "python -m bench"): "the ~4-minute benchmark; tests/test_bench.py runs it with --quick",
+    ("docs/cors.md", "Access-Control-Request-Method"): "needs a server started with the block above's setting; "
+    "tests/test_origin.py runs the two against one",
+    ("docs/high-availability.md", "helm install"): "needs a Kubernetes cluster; tests/test_docs_ha.py renders the "
+    "chart with these values",
 }
 #: Blocks a test of their own runs, with more to check.
 DEDICATED = {("README.md", "curl -s"): "test_the_readme_curl_session_runs_as_pasted"}
@@ -61,7 +65,8 @@ OUTPUT = re.compile(r"#\s→\s?(.*)$")
 #: Languages whose snippets quote a file of examples/ that the suite builds and runs: each block must be a verbatim
 #: excerpt of one, so the quoted code is the tested code.
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
-KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", *QUOTED}
+#: ```sql and ```yaml (docs/high-availability.md's table setting and CloudNativePG Cluster): tests/test_docs_ha.py.
+KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
 
 
 @dataclass(frozen=True)

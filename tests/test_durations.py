@@ -59,6 +59,13 @@ def test_accepted(text: str | int, expected: timedelta) -> None:
         "-PT1S",
         "99999999999999999999",
         "999999999999999d",
+        "10s\n",  # a trailing newline ($ would allow it)
+        "\n10s",
+        "\u0661\u0660s",  # Arabic-Indic digits
+        "\uff11\uff10s",  # fullwidth digits
+        "PT\u0661M",
+        "10\u017f",  # U+017F, which IGNORECASE alone folds to "s"
+        "P\uff11D",
         True,
         -5,
         1.0,
@@ -87,3 +94,13 @@ def test_anything_else_either_parses_or_raises_duration_error(text: str) -> None
     except DurationError:
         return
     assert result >= timedelta(0)
+
+
+@given(st.text(alphabet=st.characters(categories=["Nd"]), min_size=1, max_size=4), st.sampled_from(["", "s", "ms"]))
+def test_only_ascii_digits_are_digits(digits: str, unit: str) -> None:
+    text = digits + unit
+    if digits.isascii():
+        assert parse_duration(text) >= timedelta(0)
+    else:
+        with pytest.raises(DurationError):
+            parse_duration(text)

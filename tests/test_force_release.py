@@ -149,6 +149,14 @@ async def test_a_bad_reason_is_422(client: httpx.AsyncClient, name: str, body: A
     assert (await client.get(f"/v1/locks/{name}")).json()["held"] is True
 
 
+async def test_a_body_that_is_not_said_to_be_json_is_415(client: httpx.AsyncClient, name: str) -> None:
+    await acquire(client, name, "10m")
+    body = b'{"reason": "sent as text"}'
+    r = await client.post(f"/v1/locks/{name}/force-release", content=body, headers={"content-type": "text/plain"})
+    assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+    assert (await client.get(f"/v1/locks/{name}")).json()["held"] is True
+
+
 async def test_an_audit_line_is_logged(client: httpx.AsyncClient, name: str, caplog: pytest.LogCaptureFixture) -> None:
     lease = (await acquire(client, name, "10m", holder="host-3")).json()
     with caplog.at_level(logging.INFO, logger="schedlock.audit"):

@@ -64,7 +64,7 @@ def scenario(request: pytest.FixtureRequest) -> str:
 
 
 def test_every_documented_scenario_exists() -> None:
-    assert {"default", "existing-secret", "all-enabled", "no-auth"} <= set(SCENARIOS)
+    assert {"default", "existing-secret", "all-enabled", "no-auth", "cloudnativepg"} <= set(SCENARIOS)
 
 
 def test_chart_lints_clean(scenario: str) -> None:
@@ -313,6 +313,39 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
     assert config["SCHEDLOCK_TABLE"] == "jobs.shedlock"
     annotations = one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
     assert "checksum/config" in annotations and "checksum/secret" not in annotations
+
+
+def test_cloudnativepg_app_secret_gives_the_url_and_the_chart_keeps_the_tokens() -> None:
+    """existingSecret is the operator's <cluster>-app Secret (the URL under "uri"); it has no tokens file."""
+    vals = values("cloudnativepg")
+    objects = render(vals)
+    url_ref = {"name": "jobs-db-app", "key": "uri"}
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["SCHEDLOCK_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == url_ref
+    (job,) = [o for o in objects if o["kind"] == "Job"]
+    job_env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert job_env["SCHEDLOCK_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == url_ref, "the Job uses the pods' URL"
+    secret = one(objects, "Secret", FULLNAME)  # the chart's own, holding the tokens file and nothing else
+    assert {k: base64.b64decode(v).decode() for k, v in secret["data"].items()} == {
+        "tokens.toml": vals["auth"]["tokens"]
+    }
+    volume = next(v for v in pod["volumes"] if v["name"] == "tokens")
+    assert volume["secret"]["secretName"] == FULLNAME
+    assert volume["secret"]["items"] == [{"key": "tokens.toml", "path": "tokens.toml"}]
+    assert "checksum/secret" in one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_tokens_from_a_secret_of_their_own() -> None:
+    vals = {**values("cloudnativepg"), "auth": {"enabled": True, "existingSecret": "schedlock-tokens"}}
+    objects = render(vals)
+    assert "Secret" not in kinds(objects), "both Secrets are the user's: the chart makes none"
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "tokens")["secret"]["secretName"] == "schedlock-tokens"
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["SCHEDLOCK_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "jobs-db-app"
+    without_auth = render({**vals, "auth": {"enabled": False}})
+    assert "Secret" not in kinds(without_auth)
 
 
 def test_config_changes_roll_the_pods() -> None:

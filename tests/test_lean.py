@@ -36,7 +36,7 @@ def _tokens() -> str:
 
 @pytest.fixture(scope="module")
 async def pair(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    configured = settings.model_copy(update={"tokens": _tokens()})
+    configured = settings.model_copy(update={"tokens": _tokens(), "allowed_origins": [LISTED]})
     async with in_process(configured, lean=True) as (_, lean), in_process(configured, lean=False) as (_, generic):
         yield lean, generic
 
@@ -63,10 +63,15 @@ def _shape(r: httpx.Response, name: str) -> tuple[Any, ...]:
         r.headers.get("www-authenticate"),
         r.headers.get("retry-after"),
         r.headers.get("allow"),
+        r.headers.get("accept"),
+        r.headers.get("access-control-allow-origin"),
     )
 
 
 AUTH = {"Authorization": f"Bearer {SECRET}"}
+JSON = "application/json; charset=utf-8"
+LISTED = "https://jobs.example.com"
+JSON_AUTH = {**AUTH, "content-type": "application/vnd.schedlock+json"}
 _AUTH = {"headers": AUTH}
 READ_ONLY = {"Authorization": f"Bearer {READER}"}
 
@@ -87,6 +92,27 @@ def _requests(name: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", acquire, {"json": [1, 2], "headers": AUTH}),
         ("POST", acquire, {"content": b"{nope", "headers": {**AUTH, "content-type": "application/json"}}),
         ("POST", acquire, {"headers": AUTH}),  # no body
+        ("POST", acquire, {"json": {"lock_at_most_for": "1m"}, "headers": {**AUTH, "Origin": "https://evil.example"}}),
+        ("POST", acquire, {"json": {"lock_at_most_for": "bad"}, "headers": {**AUTH, "Origin": LISTED}}),
+        # 415: a body not declared JSON, whatever it holds; then bodies orjson refuses and json.loads would take
+        (
+            "POST",
+            acquire,
+            {"content": b'{"lock_at_most_for": "1m"}', "headers": {**AUTH, "content-type": "text/plain"}},
+        ),
+        ("POST", acquire, {"data": {"lock_at_most_for": "1m"}, "headers": AUTH}),  # form-encoded
+        ("POST", acquire, {"files": {"lock_at_most_for": b"1m"}, "headers": AUTH}),  # multipart
+        ("POST", acquire, {"content": b'{"lock_at_most_for": "1m"}', "headers": AUTH}),  # no content type at all
+        ("POST", acquire, {"content": b"{}", "headers": {**AUTH, "content-type": "application/jsonx"}}),
+        ("POST", acquire, {"content": b"{}", "headers": {**AUTH, "content-type": "application/json/x"}}),
+        ("POST", acquire, {"content": b"{}", "headers": {**AUTH, "content-type": "text/plain"}}),  # 401 first:
+        ("POST", acquire, {"content": b"{}", "headers": {"content-type": "text/plain"}}),
+        ("POST", acquire, {"content": b'{"lock_at_most_for": NaN}', "headers": {**AUTH, "content-type": JSON}}),
+        ("POST", acquire, {"content": b'{"lock_at_most_for": "1m"}'.decode().encode("utf-16"), "headers": JSON_AUTH}),
+        ("POST", acquire, {"content": b'{"lock_at_most_for": "1m", "holder": "\\ud800"}', "headers": JSON_AUTH}),
+        ("POST", acquire, {"content": b"[" * 3000, "headers": JSON_AUTH}),
+        ("POST", "/v1/locks/lean.a%2Fb/acquire", {"content": b"{nope", "headers": JSON_AUTH}),  # the body first
+        ("POST", acquire, {"content": b"{}", "headers": {**AUTH, "content-type": "text/plain"}}),
         ("POST", acquire, {"json": {"lock_at_most_for": "1m", "holder": "h" * 20_000}, "headers": AUTH}),  # 413
         ("POST", f"/v1/locks/{'x' * 65}/acquire", {"json": {"lock_at_most_for": "1m"}, "headers": AUTH}),
         ("POST", "/v1/locks/lean.a%2Fb/acquire", {"json": {"lock_at_most_for": "bad"}, "headers": AUTH}),
@@ -94,6 +120,7 @@ def _requests(name: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", acquire, {"json": {"lock_at_most_for": "10m"}, "headers": AUTH}),  # 409 held
         ("GET", f"/v1/locks/{name}", {"headers": AUTH}),
         ("GET", f"/v1/locks/{name}", {"headers": READ_ONLY}),
+        ("GET", f"/v1/locks/{name}", {"headers": {**READ_ONLY, "Origin": LISTED}}),
         ("GET", f"/v1/locks/{name}-missing", {"headers": AUTH}),
         ("GET", f"/v1/locks/{name}/acquire", {"headers": AUTH}),  # 405
         ("POST", f"/v1/locks/{name}/extend", {"json": {"token": "wrong", "lock_at_most_for": "5m"}, "headers": AUTH}),
@@ -101,6 +128,8 @@ def _requests(name: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", f"/v1/locks/{name}/release", {"json": {"token": "wrong"}, "headers": AUTH}),
         ("POST", f"/v1/locks/{name}-missing/release", {"json": {"token": "wrong"}, "headers": AUTH}),
         ("POST", f"/v1/locks/{name}/release", {"json": {}, "headers": AUTH}),
+        ("POST", f"/v1/locks/{name}/release", {"content": b'{"token": "t"}', "headers": {**AUTH, "content-type": ""}}),
+        ("POST", f"/v1/locks/{name}/extend", {"data": {"token": "t", "lock_at_most_for": "1m"}, "headers": AUTH}),
         (
             "POST",
             f"/v1/locks/{name}/extend",
@@ -159,7 +188,7 @@ async def test_both_paths_answer_alike_for_every_documented_status(
     reached = await _compare(pair, _requests) | await _compare(down_pair, _down_requests)
     missing = _documented(app) - reached
     assert not missing, f"the battery must reach every documented (operation, status): {sorted(missing)}"
-    assert {status for _, status in reached} >= {200, 401, 403, 404, 405, 409, 413, 422, 503}
+    assert {status for _, status in reached} >= {200, 401, 403, 404, 405, 409, 413, 415, 422, 503}
 
 
 async def test_the_witness_fails_a_lock_request_the_generic_path_served(settings: Settings) -> None:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -14,6 +15,7 @@ from app.db import migrate
 from app.settings import Settings
 from tests.support.apps import fresh_table, in_process
 from tests.support.java import JavaNode
+from tests.support.servers import free_port
 
 JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NULL,
     locked_at {ts} NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))"""
@@ -114,6 +116,39 @@ async def test_running_twice_is_a_no_op(fresh: tuple[Any, Settings]) -> None:
 async def test_the_cli_migrates(fresh: tuple[Any, Settings]) -> None:
     conn, settings = fresh
     env = {"SCHEDLOCK_DATABASE_URL": settings.asyncpg_dsn(), "SCHEDLOCK_TABLE": settings.table, "PATH": ""}
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "app", "migrate"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", settings.table)
+    assert f"created table {settings.table} at schema revision {migrate.head_revision()}" in result.stderr
+    again = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "app", "migrate"], env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0 and f"table {settings.table} is already current" in again.stderr, again.stderr
+
+
+async def test_migrate_says_what_it_did(fresh: tuple[Any, Settings]) -> None:
+    conn, settings = fresh
+    await conn.execute(f'CREATE SCHEMA "{settings.table_schema}"')
+    await conn.execute(JAVA_DDL.format(t=settings.table, ts="TIMESTAMP"))
+    said = await asyncio.to_thread(migrate.upgrade, settings)
+    assert said.startswith(f"adopted the existing table {settings.table} (its rows untouched)"), said
+    assert migrate.describe_outcome("t", True, "0001", "0002") == "upgraded table t from schema revision 0001 to 0002"
+    assert "already current" in await asyncio.to_thread(migrate.upgrade, settings)
+
+
+async def test_migrate_reads_a_multi_host_url(fresh: tuple[Any, Settings], database_url: str) -> None:
+    """The URL a failover-ready deployment uses (docs/high-availability.md): several hosts, the primary wanted.
+    The first host here refuses connections; the second is the test database."""
+    conn, settings = fresh
+    parts = urlsplit(database_url)
+    dead = f"127.0.0.1:{free_port()}"
+    multi = urlunsplit(
+        parts._replace(netloc=f"{parts.netloc.rsplit('@', 1)[0]}@{dead},{parts.hostname}:{parts.port or 5432}")
+    )
+    multi += ("&" if parts.query else "?") + "target_session_attrs=read-write"
+    env = {"SCHEDLOCK_DATABASE_URL": multi, "SCHEDLOCK_TABLE": settings.table, "PATH": ""}
     result = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "app", "migrate"], env=env, capture_output=True, text=True
     )

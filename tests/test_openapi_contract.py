@@ -37,6 +37,7 @@ ERROR_SCHEMAS = {
     "403": "ForbiddenError",
     "404": "LockNotFoundError",
     "413": "PayloadTooLargeError",
+    "415": "UnsupportedMediaTypeError",
     "422": "InvalidRequestError",
     "503": "StorageUnavailableError",
 }
@@ -100,7 +101,8 @@ def test_each_error_status_has_its_own_schema_and_headers(path: str, method: str
         else:
             assert ref == ERROR_SCHEMAS[status], (method, path, status)
         headers = set(response.get("headers", {}))
-        assert headers == {"401": {"WWW-Authenticate"}, "503": {"Retry-After"}}.get(status, set()), (path, status)
+        expected = {"401": {"WWW-Authenticate"}, "415": {"Accept"}, "503": {"Retry-After"}}.get(status, set())
+        assert headers == expected, (path, status)
 
 
 def test_the_lock_held_schema_says_who_holds_it_until_when() -> None:
@@ -160,6 +162,9 @@ async def test_real_answers_fit_their_schemas(client: httpx.AsyncClient, name: s
     )
     assert too_large.status_code == 413
     check(too_large, ACQUIRE, "post")
+    not_json = await client.post(f"/v1/locks/{name}/acquire", content=b"{}", headers={"content-type": "text/plain"})
+    assert not_json.status_code == 415 and not_json.headers["accept"] == "application/json"
+    check(not_json, ACQUIRE, "post")
 
 
 async def test_real_auth_and_storage_errors_fit_their_schemas(settings: Settings, name: str) -> None:

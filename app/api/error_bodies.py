@@ -87,8 +87,12 @@ class UnauthorizedError(BaseModel):
     error: UnauthorizedDetail
 
 
-class ForbiddenDetail(_Named):
+class ForbiddenDetail(_Detail):
     code: Literal["forbidden"]
+    name: str | None = Field(default=None, description="The lock name, when the refusal is about a lock.")
+    origin: str | None = Field(
+        default=None, description="The page's origin, when a browser's request from another site was refused."
+    )
 
 
 class ForbiddenError(BaseModel):
@@ -106,6 +110,16 @@ class PayloadTooLargeError(BaseModel):
     """413: the request body is larger than the server accepts."""
 
     error: PayloadTooLargeDetail
+
+
+class UnsupportedMediaTypeDetail(_Detail):
+    code: Literal["unsupported_media_type"]
+
+
+class UnsupportedMediaTypeError(BaseModel):
+    """415: the body is not sent as JSON (`Content-Type: application/json`). Sent with `Accept: application/json`."""
+
+    error: UnsupportedMediaTypeDetail
 
 
 class StorageUnavailableDetail(_Detail):

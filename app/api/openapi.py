@@ -21,6 +21,7 @@ from app.api.error_bodies import (
     PayloadTooLargeError,
     StorageUnavailableError,
     UnauthorizedError,
+    UnsupportedMediaTypeError,
 )
 
 Responses = dict[int | str, dict[str, Any]]
@@ -184,4 +185,20 @@ TOO_LARGE = _error(
     PayloadTooLargeError,
     "`payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES).",
     {"code": "payload_too_large", "message": "request body larger than 16384 bytes", "limit": 16384},
+)
+NOT_JSON = _error(
+    415,
+    UnsupportedMediaTypeError,
+    "`unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`).",
+    {
+        "code": "unsupported_media_type",
+        "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')",
+    },
+    {
+        "Accept": {
+            "description": "The media type bodies must have.",
+            "schema": {"type": "string"},
+            "example": "application/json",
+        }
+    },
 )

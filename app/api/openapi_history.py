@@ -76,6 +76,7 @@ FORCE: dict[int | str, dict[str, Any]] = {
     **_described(doc.AUTH, 403, "`forbidden`: the token is not an admin token, or the name is outside its prefixes."),
     **_described(doc.NOT_FOUND, 404, "`lock_not_found`: no lock of that name."),
     **doc.TOO_LARGE,
+    **doc.NOT_JSON,
     **doc.BAD_INPUT,
     **doc.DOWN,
 }

@@ -17,11 +17,12 @@ import contextlib
 import hmac
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.auth.tokens import ALL_NAMES, TokenConfigError, TokenEntry, digest, parse_tokens
+from app.auth.tokens import ALL_NAMES, B64TOKEN, TokenConfigError, TokenEntry, digest, parse_tokens
 from app.errors import Forbidden, Unauthorized
 from app.locking.periodic import in_background
 from app.settings import Settings
@@ -78,6 +79,9 @@ def _principal(entry: TokenEntry) -> Principal:
 
 
 _SELECTOR = 8
+#: RFC 6750 ``credentials = "Bearer" 1*SP b64token``, the scheme case-insensitive (RFC 9110). Nothing else is
+#: trimmed than the field's own optional whitespace (SP, HTAB): str.strip() would also drop U+00A0 or U+0085.
+_CREDENTIALS = re.compile(rf"[Bb][Ee][Aa][Rr][Ee][Rr] +({B64TOKEN.pattern})", re.ASCII)
 
 #: First bytes of the digest -> (whole digest, principal).
 TokenTable = dict[bytes, tuple[bytes, Principal]]
@@ -125,11 +129,10 @@ class Authenticator:
             return OPEN
         if not authorization:
             raise Unauthorized("missing credentials: send 'Authorization: Bearer <token>'")
-        scheme, _, secret = authorization.partition(" ")
-        secret = secret.strip()
-        if scheme.lower() != "bearer" or not secret:
+        credentials = _CREDENTIALS.fullmatch(authorization.strip(" \t"))
+        if credentials is None:
             raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
-        presented = digest(secret)
+        presented = digest(credentials.group(1))
         found = table.get(presented[:_SELECTOR])
         if found is None or not hmac.compare_digest(found[0], presented):
             raise Unauthorized("unknown token")

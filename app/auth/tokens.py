@@ -28,9 +28,12 @@ from pydantic import (
 from app.locking.names import NAME_MAX
 
 ALL_NAMES = "*"
-_BAD_PREFIX_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f/]")
+# Controls, "/", and lone surrogates (a JSON file can spell one; UTF-8 and so Postgres cannot hold it).
+_BAD_PREFIX_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f/\ud800-\udfff]")
 #: Secrets shorter than this are refused by ``hash-token``: a fast hash is only safe for high-entropy secrets.
 MIN_SECRET_LENGTH = 32
+#: RFC 6750's ``b64token``: what a bearer secret may be. ASCII only; a secret outside it could never be presented.
+B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*", re.ASCII)
 
 
 class TokenConfigError(ValueError):

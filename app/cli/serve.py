@@ -13,6 +13,7 @@ from types import FrameType
 
 from pydantic import SecretStr
 
+from app import __version__
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import exposure_check
 from app.auth.tokens import TokenConfigError
@@ -27,8 +28,7 @@ def migrate(settings: Settings) -> int:
     if settings.database_url is None:
         print("schedlock-server migrate: set SCHEDLOCK_DATABASE_URL", file=sys.stderr)
         return 2
-    migrations.upgrade(settings)
-    logger.info("table %s is at the newest schema revision", settings.table)
+    logger.info("migrate: %s", migrations.upgrade(settings))
     return 0
 
 
@@ -70,6 +70,7 @@ def serve(settings: Settings, *, migrate_first: bool) -> int:
     try:
         if migrate_first:
             migrate(settings)
+        _announce(settings, authenticator)
         uvicorn.run(
             create_app(settings, freeze_gc=True, authenticator=authenticator),
             host=settings.host,
@@ -87,6 +88,27 @@ def serve(settings: Settings, *, migrate_first: bool) -> int:
         if embedded is not None:
             embedded.stop()
     return 0
+
+
+def _announce(settings: Settings, authenticator: Authenticator) -> None:
+    """Where to look, and what guards the door: the first things an operator wants from the start-up log."""
+    host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    base = f"http://[{host}]:{settings.port}" if ":" in host else f"http://{host}:{settings.port}"
+    sources = [str(settings.tokens_file)] if settings.tokens_file else []
+    if settings.tokens:
+        sources.append("SCHEDLOCK_TOKENS")
+    tokens = (
+        f"{authenticator.token_count} API token(s) loaded from {' and '.join(sources)}" if sources else "no API tokens"
+    )
+    origins = ", ".join(settings.allowed_origins or ()) or "none"
+    logger.info(
+        "schedlock %s: API docs at %s/docs (OpenAPI at %s/openapi.json); %s; other browser origins allowed: %s",
+        __version__,
+        base,
+        base,
+        tokens,
+        origins,
+    )
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.auth.tokens import MIN_SECRET_LENGTH, TokenEntry, hash_secret
+from app.auth.tokens import B64TOKEN, MIN_SECRET_LENGTH, TokenEntry, hash_secret
 
 COMMANDS = ("new-token", "hash-token")
 
@@ -56,11 +56,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _hash_token() -> int:
-    secret = sys.stdin.readline().strip()
+    secret = sys.stdin.readline().strip(" \t\r\n")
     if len(secret) < MIN_SECRET_LENGTH:
         print(
             f"schedlock-server hash-token: a secret needs at least {MIN_SECRET_LENGTH} characters of randomness; "
             "use `schedlock-server new-token` or `openssl rand -base64 32`",
+            file=sys.stderr,
+        )
+        return 2
+    if not B64TOKEN.fullmatch(secret):  # RFC 6750: any other secret could never be presented
+        print(
+            "schedlock-server hash-token: a bearer secret may only hold letters, digits and - . _ ~ + / "
+            "(and = at the end); use `schedlock-server new-token` or `openssl rand -base64 32`",
             file=sys.stderr,
         )
         return 2

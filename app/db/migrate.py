@@ -41,6 +41,29 @@ def is_ready_revision(current: str | None, head: str, known: frozenset[str]) -> 
     return current is not None and (current == head or current not in known)
 
 
-def upgrade(settings: Settings) -> None:
-    """Create or adopt the lock table and bring it to the newest revision. Safe to run any number of times."""
-    command.upgrade(alembic_config(settings), "head")
+def upgrade(settings: Settings) -> str:
+    """Create or adopt the lock table and bring it to the newest revision. Safe to run any number of times.
+    Returns what it did, in a sentence: created, adopted, upgraded, or found it current."""
+    config = alembic_config(settings)
+    command.upgrade(config, "head")
+    return describe_outcome(settings.table, *config.attributes["outcome"])
+
+
+def describe_outcome(table: str, existed: bool, before: str | None, after: str | None) -> str:
+    """What a migration did to ``table``, from whether it existed and its revision before and after."""
+    if not existed:
+        return f"created table {table} at schema revision {after}"
+    if before is None:
+        return f"adopted the existing table {table} (its rows untouched) and upgraded it to schema revision {after}"
+    if before != after:
+        return f"upgraded table {table} from schema revision {before} to {after}"
+    return f"table {table} is already current (schema revision {after}); nothing to do"
+
+
+def schema_problem(current: str | None, head: str, known: frozenset[str]) -> str | None:
+    """What is wrong with the schema revision a server found at start-up, in words an operator can act on."""
+    if is_ready_revision(current, head, known):
+        return None
+    if current is None:
+        return "is not migrated"
+    return f"is at schema revision {current}, this release needs {head}"

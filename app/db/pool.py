@@ -27,6 +27,8 @@ from typing import Any
 
 import asyncpg
 
+from app.db.availability import Availability
+
 logger = logging.getLogger("schedlock.db")
 
 Connect = Callable[[], Awaitable[Any]]
@@ -51,6 +53,8 @@ class StatementPool:
         self._all_back: asyncio.Event | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._closers: set[asyncio.Task[None]] = set()
+        #: Told by app.db.statements whether each call reached the database; logs when that changes.
+        self.availability = Availability()
 
     async def open(self) -> None:
         """Open ``min_size`` connections and start closing long-idle ones. Raises what connecting raised (the

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+import time
+import weakref
 from typing import Any
 
 import asyncpg
@@ -31,6 +34,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.InsufficientResourcesError,
     asyncpg.OperatorInterventionError,  # admin shutdown, crash shutdown, query canceled (statement timeout)
     asyncpg.TooManyConnectionsError,
+    # During a failover: every host of a multi-host URL is a standby (target_session_attrs=read-write found no
+    # primary yet), or a connection's server was turned into a standby under it.
+    asyncpg.TargetServerAttributeNotMatched,
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
 
@@ -39,7 +46,7 @@ async def create_pool(settings: Settings) -> StatementPool:
 
     If the database is down at start-up, the pool starts empty instead of failing: the service comes up
     unready (/readyz answers 503) and recovers by itself when the database does."""
-    connect = functools.partial(
+    open_connection = functools.partial(
         asyncpg.connect,
         dsn=settings.asyncpg_dsn(),
         timeout=settings.db_connect_timeout,
@@ -50,12 +57,45 @@ async def create_pool(settings: Settings) -> StatementPool:
             "statement_timeout": str(int(settings.db_statement_timeout * 1000)),
         },
     )
+
+    async def connect() -> Any:
+        conn = await open_connection()
+        conn.add_log_listener(_heard)
+        return conn
+
     pool = StatementPool(connect, min_size=settings.pool_min_size, max_size=settings.pool_max_size)
     try:
         await pool.open()
-    except _UNAVAILABLE as exc:
-        logger.error("database unavailable at start-up (%s); starting unready", type(exc).__name__)
+    except _UNAVAILABLE as exc:  # the service starts unready (/readyz 503) and recovers by itself
+        pool.availability.failed("start-up", type(exc).__name__)
     return pool
+
+
+#: Connections whose current statement drew a warning from the server (see _heard).
+_warned: weakref.WeakSet[Any] = weakref.WeakSet()
+_unconfirmed_reported_at = [-math.inf]
+
+
+def _heard(conn: Any, message: Any) -> None:
+    """A log message from the server. The one that matters: with synchronous replication, a commit waiting for
+    the standby's confirmation that is cancelled (pg_cancel_backend, a pooler or a client's cancel request) stays
+    committed on the primary, and Postgres reports the statement as done with only a WARNING ("has already
+    committed locally, but might not have been replicated"). A lease granted on that would vanish if the primary
+    failed next. asyncpg runs this callback before the statement's result resumes the caller, so fetch() sees the
+    mark. Warnings are SQLSTATE class 01 (the text is translated; the code is not)."""
+    if str(getattr(message, "sqlstate", "")).startswith("01"):
+        _warned.add(conn)
+
+
+def _unconfirmed(action: str) -> StorageUnavailable:
+    now = time.monotonic()
+    if now - _unconfirmed_reported_at[0] >= 30:  # one line per 30 s, not one per request
+        _unconfirmed_reported_at[0] = now
+        logger.warning(
+            "a commit was cancelled before the synchronous standby confirmed it (the database says it may not be "
+            "replicated): such writes are answered 503, their outcome unknown; check replication"
+        )
+    return StorageUnavailable(f"{action}: the database did not confirm the write (replication); outcome unknown")
 
 
 async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str, *args: Any) -> list[Any]:
@@ -68,22 +108,32 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
 
     A database failure becomes StorageUnavailable (503), or SchemaNotMigrated when the table or its columns are
     missing; ``action`` names what failed. A statement whose outcome is unknown (the connection broke after it
-    was sent) is reported the same way: never as success."""
+    was sent, or the commit was not confirmed: see _heard) is reported the same way: never as success."""
     try:
         conn = await pool.acquire(pool_timeout)
         try:
             rows: list[Any] = await conn.fetch(sql, *args)
-        except (TimeoutError, asyncio.CancelledError):
+            if _warned and conn in _warned:
+                raise _unconfirmed(action)
+        except (TimeoutError, asyncio.CancelledError, asyncpg.ReadOnlySQLTransactionError):
+            # Read-only: this connection's server is a standby now (a switchover). Dropped like a stuck one, so
+            # the next connection finds the primary.
             conn.terminate()
             raise
         finally:
+            if _warned:  # a mark left by a statement that failed must not taint the connection's next one
+                _warned.discard(conn)
             pool.release(conn)
     except asyncpg.UndefinedTableError:
+        pool.availability.answered()
         raise SchemaNotMigrated(f"{action}: the lock table does not exist; run `schedlock-server migrate`") from None
     except (asyncpg.UndefinedColumnError, asyncpg.UndefinedFunctionError):
+        pool.availability.answered()
         raise SchemaNotMigrated(f"{action}: the lock table is not migrated; run `schedlock-server migrate`") from None
     except _UNAVAILABLE as exc:
+        pool.availability.failed(action, type(exc).__name__)
         raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
+    pool.availability.answered()
     return rows
 
 

@@ -3,6 +3,11 @@
 Accepted: ISO-8601 as ``java.time.Duration.parse`` reads it (``PT10M``, ``P1D``, ``PT0.5S``, ``P1DT2H``) and
 ShedLock's short form ``<digits><unit>`` with units ``ms``, ``s``, ``m``, ``h``, ``d`` (case-insensitive). A bare
 number (string or JSON integer) means milliseconds. Negative values, years, months and weeks are refused.
+
+Digits are ASCII only and the whole text must match (no trailing newline). Hence ``[0-9]``, ``fullmatch`` and
+``re.ASCII``: Python's digit class takes Arabic-Indic or fullwidth digits, ``$`` matches before a final newline,
+and IGNORECASE alone takes U+017F (long s) for "s". The client's parser (client/src/schedlock/_durations.py) uses
+the same two patterns; tests/client/test_durations.py compares them.
 """
 
 from __future__ import annotations
@@ -10,10 +15,10 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-_SHORT = re.compile(r"^(\d{1,15})(ms|s|m|h|d)?$", re.IGNORECASE)
+_SHORT = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)?", re.IGNORECASE | re.ASCII)
 _ISO = re.compile(
-    r"^P(?:(\d{1,9})D)?(?:T(?:(\d{1,9})H)?(?:(\d{1,12})M)?(?:(\d{1,15})(?:[.,](\d{1,9}))?S)?)?$",
-    re.IGNORECASE,
+    r"P(?:([0-9]{1,9})D)?(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,12})M)?(?:([0-9]{1,15})(?:[.,]([0-9]{1,9}))?S)?)?",
+    re.IGNORECASE | re.ASCII,
 )
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # timedelta cannot hold more than 999,999,999 days; anything near that is refused long before, by the maximum.
@@ -53,11 +58,11 @@ def format_duration(value: timedelta) -> str:
 def _parse_text(text: str) -> timedelta:
     if text.startswith(("-", "+")):
         raise DurationError(f"must not be signed: {text!r}")
-    short = _SHORT.match(text)
+    short = _SHORT.fullmatch(text)
     if short:
         amount, unit = int(short.group(1)), (short.group(2) or "ms").lower()
         return _from_ms(amount * _UNIT_MS[unit])
-    iso = _ISO.match(text)
+    iso = _ISO.fullmatch(text)
     if iso and text.upper() not in {"P", "PT"} and not text.upper().endswith("T"):
         days, hours, minutes, seconds, fraction = iso.groups()
         micros = int((fraction or "0").ljust(9, "0")[:6])

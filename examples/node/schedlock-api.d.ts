@@ -298,9 +298,14 @@ export interface components {
             message: string;
             /**
              * Name
-             * @description The lock name the request was about.
+             * @description The lock name, when the refusal is about a lock.
              */
-            name: string;
+            name?: string | null;
+            /**
+             * Origin
+             * @description The page's origin, when a browser's request from another site was refused.
+             */
+            origin?: string | null;
         };
         /**
          * ForbiddenError
@@ -634,6 +639,26 @@ export interface components {
         UnauthorizedError: {
             error: components["schemas"]["UnauthorizedDetail"];
         };
+        /** UnsupportedMediaTypeDetail */
+        UnsupportedMediaTypeDetail: {
+            /**
+             * Code
+             * @constant
+             */
+            code: "unsupported_media_type";
+            /**
+             * Message
+             * @description For humans; may change between releases. Match on `code`.
+             */
+            message: string;
+        };
+        /**
+         * UnsupportedMediaTypeError
+         * @description 415: the body is not sent as JSON (`Content-Type: application/json`). Sent with `Accept: application/json`.
+         */
+        UnsupportedMediaTypeError: {
+            error: components["schemas"]["UnsupportedMediaTypeDetail"];
+        };
     };
     responses: never;
     parameters: never;
@@ -765,6 +790,28 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["PayloadTooLargeError"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`). */
+            415: {
+                headers: {
+                    /**
+                     * @description The media type bodies must have.
+                     * @example application/json
+                     */
+                    Accept?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unsupported_media_type",
+                     *         "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnsupportedMediaTypeError"];
                 };
             };
             /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */
@@ -945,6 +992,28 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["PayloadTooLargeError"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`). */
+            415: {
+                headers: {
+                    /**
+                     * @description The media type bodies must have.
+                     * @example application/json
+                     */
+                    Accept?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unsupported_media_type",
+                     *         "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnsupportedMediaTypeError"];
                 };
             };
             /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */
@@ -1128,6 +1197,28 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["PayloadTooLargeError"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`). */
+            415: {
+                headers: {
+                    /**
+                     * @description The media type bodies must have.
+                     * @example application/json
+                     */
+                    Accept?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unsupported_media_type",
+                     *         "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnsupportedMediaTypeError"];
                 };
             };
             /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */

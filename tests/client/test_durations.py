@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.locking import durations as server
 from app.locking.durations import DurationError
 from app.locking.durations import parse_duration as server_parse
+from schedlock import _durations as client
 from schedlock import format_duration, parse_duration
 
 EXAMPLES = [
@@ -28,7 +30,11 @@ EXAMPLES = [
     "1500",
     "PT0,25S",
 ]
-REJECTED = ["", "-1s", "+1s", "10 m", "1w", "P1Y", "P", "PT", "P1DT", "ten", "1.5s"]
+REJECTED = [
+    *["", "-1s", "+1s", "10 m", "1w", "P1Y", "P", "PT", "P1DT", "ten", "1.5s"],
+    # ASCII digits only (not Arabic-Indic, fullwidth or a long s), and the whole text
+    *["10s\n", "PT10M\n", "\u0661\u0660s", "\uff11\uff10s", "PT\u0661M", "10\u017f", "P\uff11D"],
+]
 
 
 @pytest.mark.parametrize("text", EXAMPLES)
@@ -57,8 +63,7 @@ def test_the_wire_format_round_trips_through_the_server_parser(value: timedelta)
     assert server_parse(format_duration(value)) == value
 
 
-@given(st.from_regex(r"\A(\d{1,6}(ms|s|m|h|d)?|P(\d{1,3}D)?(T(\d{1,3}H)?(\d{1,3}M)?(\d{1,3}(\.\d{1,9})?S)?)?)\Z"))
-def test_generated_spellings_agree_with_the_server(text: str) -> None:
+def assert_same_verdict(text: str) -> None:
     try:
         expected = server_parse(text)
     except DurationError:
@@ -66,3 +71,21 @@ def test_generated_spellings_agree_with_the_server(text: str) -> None:
             parse_duration(text)
         return
     assert parse_duration(text) == expected
+
+
+@given(st.from_regex(r"\A(\d{1,6}(ms|s|m|h|d)?|P(\d{1,3}D)?(T(\d{1,3}H)?(\d{1,3}M)?(\d{1,3}(\.\d{1,9})?S)?)?)\Z"))
+def test_generated_spellings_agree_with_the_server(text: str) -> None:
+    assert_same_verdict(text)
+
+
+def test_the_two_grammars_are_the_same_patterns() -> None:
+    """The client cannot import the server, so it carries a copy: the same text and flags, or this fails."""
+    for pattern in ("_SHORT", "_ISO"):
+        ours, theirs = getattr(client, pattern), getattr(server, pattern)
+        assert (ours.pattern, ours.flags) == (theirs.pattern, theirs.flags), pattern
+    assert client._UNIT_MS == server._UNIT_MS
+
+
+@given(st.text(alphabet=st.sampled_from("0123456789\u0661\u0660\uff11PTDHMSmshd.,\n \u017f+-"), max_size=12))
+def test_any_text_gets_the_same_verdict_from_both(text: str) -> None:
+    assert_same_verdict(text)

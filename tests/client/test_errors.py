@@ -25,12 +25,18 @@ from schedlock import (
     StorageUnavailable,
     Unauthorized,
     UnexpectedResponse,
+    UnsupportedMediaType,
     error_class,
 )
 from schedlock._base import decode, error_from_response, get_call
 
 #: Codes the service adds with authentication and body limits; the client knows them already.
-AUTH_AND_LIMIT_CODES = {"unauthorized": 401, "forbidden": 403, "payload_too_large": 413}
+AUTH_AND_LIMIT_CODES = {
+    "unauthorized": 401,
+    "forbidden": 403,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+}
 
 
 @pytest.mark.parametrize("code", sorted(ERROR_CODES))
@@ -78,7 +84,17 @@ def test_an_unknown_code_gets_a_base_class_by_status(status: int, expected: type
 
 def test_5xx_is_service_unavailable_but_4xx_and_held_are_not() -> None:
     assert issubclass(ServerError, ServiceUnavailable) and issubclass(StorageUnavailable, ServiceUnavailable)
-    rejected = (LockHeld, NotHolder, LockNotFound, InvalidRequest, Unauthorized, Forbidden, NotFound, PayloadTooLarge)
+    rejected = (
+        LockHeld,
+        NotHolder,
+        LockNotFound,
+        InvalidRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+    )
     for cls in rejected:
         assert not issubclass(cls, ServiceUnavailable), cls
     for unavailable in (ServiceUnreachable, UnexpectedResponse, ServerError):

@@ -8,7 +8,8 @@ exactly those routes itself:
 - it matches with each route's own pattern (``route.matches``), so paths are declared once, in the router;
 - it authenticates with the same dependency the route declares (``app.api.deps.bearer``), before any validation, as
   FastAPI does;
-- it validates the name and the body with the same rule and model (errors located as FastAPI locates them);
+- it reads the body with the same function (app.api.bodies: JSON only, else 415), and validates the name and the
+  body with the same rule and model (errors located as FastAPI locates them);
 - it calls the route's own endpoint function, and answers errors through ``app.api.errors``.
 
 The routes stay ordinary FastAPI routes: they document the API (OpenAPI, /docs), and without this middleware
@@ -21,7 +22,6 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import orjson
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.bodies import read_json
 from app.api.deps import bearer
 from app.api.errors import known_error_response
 from app.locking.names import LOCK_NAME
@@ -92,19 +93,16 @@ class _LeanEndpoint:
         try:
             principal = await bearer(request)
             kwargs: dict[str, Any] = {"principal": principal, "request": request}
+            raw = await request.body() if self.body_model is not None else b""
+            # A body that is not declared JSON, or not JSON, is refused before any field is looked at (as FastAPI).
+            data = read_json(request.headers.get("content-type"), raw) if raw else None
             errors: list[Any] = []
             kwargs["name"] = _validate(LOCK_NAME.validate_python, request.path_params["name"], ("path", "name"), errors)
             if self.body_model is not None:
-                raw = await request.body()
                 if not raw:
                     errors.append({"type": "missing", "loc": ("body",), "msg": "Field required", "input": None})
-                else:
-                    try:
-                        data = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        errors.append({"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error"})
-                    else:  # validated from Python objects, as FastAPI does, so the messages are the same
-                        kwargs["body"] = _validate(self._validate_body, data, ("body",), errors)
+                else:  # validated from Python objects, as FastAPI does, so the messages are the same
+                    kwargs["body"] = _validate(self._validate_body, data, ("body",), errors)
             if errors:
                 raise RequestValidationError(errors)
             return await self.endpoint(**kwargs)

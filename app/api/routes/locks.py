@@ -13,6 +13,7 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
 from app.api import openapi as doc
+from app.api.bodies import JsonBodyRoute
 from app.api.deps import PrincipalDep, SettingsDep, StoreDep, settings_of, store_of
 from app.api.models import (
     AcquireRequest,
@@ -28,11 +29,12 @@ from app.api.models import (
 from app.errors import InvalidRequest
 from app.locking.durations import format_duration
 from app.locking.leases import new_locked_by
-from app.locking.names import NAME_MAX, NAME_PATTERN
+from app.locking.names import LOCK_NAME, NAME_MAX, NAME_PATTERN
 from app.locking.rows import LockRow
 from app.settings import Settings
 
-router = APIRouter(prefix="/v1/locks", tags=["locks"])
+# JsonBodyRoute: the generic path reads bodies as the lean path does (JSON only, else 415; see app.api.bodies).
+router = APIRouter(prefix="/v1/locks", tags=["locks"], route_class=JsonBodyRoute)
 
 
 class _NamePath(PathConvertor):
@@ -104,7 +106,15 @@ def _view(row: LockRow) -> LockView:
         "`token` is needed to release or extend, and is shown only here."
     ),
     response_model=AcquireResponse,
-    responses={**doc.ok(doc.ACQUIRE_RESPONSE), **doc.HELD, **doc.AUTH, **doc.TOO_LARGE, **doc.BAD_INPUT, **doc.DOWN},
+    responses={
+        **doc.ok(doc.ACQUIRE_RESPONSE),
+        **doc.HELD,
+        **doc.AUTH,
+        **doc.TOO_LARGE,
+        **doc.NOT_JSON,
+        **doc.BAD_INPUT,
+        **doc.DOWN,
+    },
     openapi_extra=doc.request_body(doc.ACQUIRE_REQUEST),
 )
 async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
@@ -144,6 +154,7 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
         ),
         **doc.AUTH,
         **doc.TOO_LARGE,
+        **doc.NOT_JSON,
         **doc.BAD_INPUT,
         **doc.DOWN,
     },
@@ -172,6 +183,7 @@ async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep,
         ),
         **doc.AUTH,
         **doc.TOO_LARGE,
+        **doc.NOT_JSON,
         **doc.BAD_INPUT,
         **doc.DOWN,
     },
@@ -211,13 +223,13 @@ def _encode_cursor(name: str) -> str:
 
 
 def _decode_cursor(cursor: str) -> str:
+    """The name a cursor stands for. A cursor is a lock name we handed out, so it must decode to one: anything else
+    (bad base64 or UTF-8, a NUL Postgres cannot store, a control character, a '/') is the caller's 422."""
     try:
         name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return str(LOCK_NAME.validate_python(name))
+    except (binascii.Error, UnicodeDecodeError, ValueError):  # pydantic's ValidationError is a ValueError
         raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor") from None
-    if not name or len(name) > NAME_MAX:
-        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
-    return name
 
 
 @router.get(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 from alembic import context
+from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -21,15 +23,24 @@ def _run(connection: Connection) -> None:
         version_table_schema=settings.table_schema,
         transaction_per_migration=True,
     )
+    existed = inspect(connection).has_table(settings.table_name, schema=settings.table_schema)
+    before = context.get_context().get_current_revision()
     with context.begin_transaction():
         context.run_migrations(settings=settings)
+    # What `schedlock-server migrate` reports (app.db.migrate.upgrade).
+    context.config.attributes["outcome"] = (existed, before, context.get_context().get_current_revision())
+
+
+async def _connect() -> asyncpg.Connection:
+    # asyncpg reads the URL itself, as the serving pool does: SQLAlchemy's URL parser cannot read a multi-host URL
+    # (postgresql://h1:5432,h2:5432/db?target_session_attrs=read-write), which finds the primary after a failover.
+    return await asyncpg.connect(
+        settings.asyncpg_dsn(), timeout=settings.db_connect_timeout, server_settings={"timezone": "UTC"}
+    )
 
 
 async def _main() -> None:
-    engine = create_async_engine(
-        settings.sqlalchemy_url(),
-        connect_args={"timeout": settings.db_connect_timeout, "server_settings": {"timezone": "UTC"}},
-    )
+    engine = create_async_engine("postgresql+asyncpg://", async_creator=_connect)
     try:
         async with engine.connect() as connection:
             if settings.table_schema:

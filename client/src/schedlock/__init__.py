@@ -36,6 +36,7 @@ from schedlock._exceptions import (
     StorageUnavailable,
     Unauthorized,
     UnexpectedResponse,
+    UnsupportedMediaType,
     error_class,
 )
 from schedlock._lease import LeaseBase, LeaseState, OnLost, assert_locked
@@ -84,6 +85,7 @@ __all__ = [
     "StorageUnavailable",
     "Unauthorized",
     "UnexpectedResponse",
+    "UnsupportedMediaType",
     "__version__",
     "assert_locked",
     "error_class",

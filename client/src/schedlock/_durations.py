@@ -3,6 +3,7 @@
 Accepted, as by the server: ISO-8601 (``PT10M``, ``P1D``, ``PT0.5S``), ShedLock's short form (``500ms``, ``30s``,
 ``10m``, ``1h``, ``2d``, case-insensitive), a bare number of milliseconds (``int`` or digit string), or a
 ``timedelta``. On the wire every duration is sent as ISO-8601 seconds (``PT90S``), which the server reads exactly.
+ASCII digits only, and the whole text must match: the patterns are the server's own (a test compares them).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from datetime import timedelta
 #: What a caller may pass wherever a duration is expected.
 DurationLike = timedelta | str | int
 
-_SHORT = re.compile(r"^(\d{1,15})(ms|s|m|h|d)?$", re.IGNORECASE)
+_SHORT = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)?", re.IGNORECASE | re.ASCII)
 _ISO = re.compile(
-    r"^P(?:(\d{1,9})D)?(?:T(?:(\d{1,9})H)?(?:(\d{1,12})M)?(?:(\d{1,15})(?:[.,](\d{1,9}))?S)?)?$",
-    re.IGNORECASE,
+    r"P(?:([0-9]{1,9})D)?(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,12})M)?(?:([0-9]{1,15})(?:[.,]([0-9]{1,9}))?S)?)?",
+    re.IGNORECASE | re.ASCII,
 )
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # The server's sanity ceiling (its configured maximum, 7 days by default, is checked by the server alone).
@@ -50,10 +51,10 @@ def format_duration(value: timedelta) -> str:
 
 
 def _parse_text(text: str, what: str) -> timedelta:
-    short = _SHORT.match(text)
+    short = _SHORT.fullmatch(text)
     if short:
         return _from_ms(int(short.group(1)) * _UNIT_MS[(short.group(2) or "ms").lower()], what)
-    iso = _ISO.match(text)
+    iso = _ISO.fullmatch(text)
     if iso and text.upper() not in {"P", "PT"} and not text.upper().endswith("T"):
         days, hours, minutes, seconds, fraction = iso.groups()
         try:

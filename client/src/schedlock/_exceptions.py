@@ -19,7 +19,8 @@
     │   │   ├── Forbidden            403 forbidden
     │   │   ├── NotFound             404 not_found (no such route: check the base URL)
     │   │   ├── MethodNotAllowed     405 method_not_allowed
-    │   │   └── PayloadTooLarge      413 payload_too_large
+    │   │   ├── PayloadTooLarge      413 payload_too_large
+    │   │   └── UnsupportedMediaType 415 unsupported_media_type
     │   └── ServerError              (see above)
     └── NotLocked                    assert_locked() outside a lock
         └── LockLost                 the lease ended while its body ran
@@ -178,6 +179,13 @@ class PayloadTooLarge(RequestRejected):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(RequestRejected):
+    """The request body was not sent as ``Content-Type: application/json`` (this client always does)."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
 class ServerError(APIError, ServiceUnavailable):
     """The service answered 5xx: it could not decide."""
 
@@ -223,6 +231,7 @@ ERROR_CLASSES: Mapping[str, type[APIError]] = MappingProxyType(
             NotFound,
             MethodNotAllowed,
             PayloadTooLarge,
+            UnsupportedMediaType,
             StorageUnavailable,
             InternalServerError,
         )

@@ -66,6 +66,31 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (include "schedlock.fullname" .) .Values.existingSecret }}
 {{- end }}
 
+{{/*
+The Secret holding the tokens file: auth.existingSecret; else the chart's when it has auth.tokens (or when there is
+no existingSecret); else existingSecret. So existingSecret can be a database operator's Secret that has no tokens
+(CloudNativePG's <cluster>-app) while the tokens come from auth.tokens or a Secret of their own.
+*/}}
+{{- define "schedlock.tokensSecretName" -}}
+{{- if .Values.auth.existingSecret }}
+{{- .Values.auth.existingSecret }}
+{{- else if or .Values.auth.tokens (not .Values.existingSecret) }}
+{{- include "schedlock.fullname" . }}
+{{- else }}
+{{- .Values.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/* Whether the chart's Secret holds the tokens file ("true" or empty). */}}
+{{- define "schedlock.ownTokens" -}}
+{{- if and .Values.auth.enabled (not .Values.auth.existingSecret) (or .Values.auth.tokens (not .Values.existingSecret)) }}true{{- end }}
+{{- end }}
+
+{{/* Whether the chart creates a Secret of its own: for the database URL, or for the tokens file ("true" or empty). */}}
+{{- define "schedlock.ownSecret" -}}
+{{- if or (not .Values.existingSecret) (include "schedlock.ownTokens" .) }}true{{- end }}
+{{- end }}
+
 {{/* The Secret the migration Job reads the database URL from (see migration-job.yaml). */}}
 {{- define "schedlock.migrationSecretName" -}}
 {{- if .Values.existingSecret }}
@@ -87,8 +112,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if not .Values.database.url }}
 {{- fail "set database.url (postgresql://user:password@host:5432/db), or existingSecret with a Secret that holds it" }}
 {{- end }}
-{{- if and .Values.auth.enabled (not .Values.auth.tokens) }}
-{{- fail "set auth.tokens (the tokens file; see the chart README), or existingSecret, or auth.enabled=false to run without authentication" }}
+{{- if and .Values.auth.enabled (not .Values.auth.tokens) (not .Values.auth.existingSecret) }}
+{{- fail "set auth.tokens (the tokens file; see the chart README), or existingSecret or auth.existingSecret, or auth.enabled=false to run without authentication" }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,74 @@
+"""docs/high-availability.md's examples, as written: the table setting runs on a migrated table and keeps the API
+working, the CloudNativePG Cluster asks for a synchronous standby, and the helm command renders what the page
+says (the URL from the operator's app Secret, the tokens from the chart)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from app.settings import Settings
+from tests.support.api import acquire
+from tests.test_helm import FULLNAME, one, render
+
+PAGE = Path(__file__).parent.parent / "docs" / "high-availability.md"
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), re.S)
+
+
+async def test_the_table_setting_runs_and_the_api_still_works(
+    db: Any, settings: Settings, client: httpx.AsyncClient, name: str
+) -> None:
+    (sql,) = blocks("sql")
+    await db.execute(sql.replace("shedlock", settings.table))
+    options = await db.fetchval("SELECT reloptions FROM pg_class WHERE oid = $1::regclass", settings.table)
+    assert "fillfactor=50" in options
+    assert (await acquire(client, name, "1m")).status_code == 200
+
+
+def test_the_cloudnativepg_cluster_has_a_synchronous_standby() -> None:
+    (manifest,) = blocks("yaml")
+    cluster = yaml.safe_load(manifest)
+    assert (cluster["apiVersion"], cluster["kind"]) == ("postgresql.cnpg.io/v1", "Cluster")
+    spec = cluster["spec"]
+    assert spec["instances"] >= 2 and spec["minSyncReplicas"] >= 1 and spec["maxSyncReplicas"] >= 1
+    assert spec["postgresql"]["parameters"]["synchronous_commit"] == "on"
+    # The app Secret the page hands to the chart is the operator's <cluster>-app.
+    assert f"existingSecret={cluster['metadata']['name']}-app" in blocks("sh")[0]
+
+
+def test_the_helm_command_renders_what_the_page_says() -> None:
+    (command,) = blocks("sh")
+    words = shlex.split(command.replace("\\\n", " "))
+    values: dict[str, Any] = {}
+    for flag, setting in itertools.pairwise(words):
+        if flag in ("--set", "--set-file"):
+            key, value = setting.split("=", 1)
+            if flag == "--set-file":
+                value = '{"tokens": []}'  # the file's content
+            node = values
+            *parents, leaf = key.split(".")
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[leaf] = value
+    objects = render(values)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["SCHEDLOCK_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "jobs-db-app", "key": "uri"}
+    assert next(v for v in pod["volumes"] if v["name"] == "tokens")["secret"]["secretName"] == FULLNAME
+
+
+def test_sql_and_yaml_blocks_appear_only_on_this_page() -> None:
+    """tests/test_docs_examples.py counts ```sql and ```yaml as checked: here, for this page only."""
+    root = PAGE.parent.parent
+    for page in [root / "README.md", *(root / "docs").glob("*.md"), root / "client" / "README.md"]:
+        if page != PAGE:
+            assert not re.search(r"^```(sql|yaml)$", page.read_text(), re.M), page
