@@ -86,6 +86,18 @@ class Settings(BaseSettings):
             raise ValueError(f"not an origin: {bad[0]!r}; write scheme://host[:port], e.g. https://jobs.example.com")
         return [origin for origin in parsed if origin is not None]
 
+    # The run history (docs/history.md). Durations are ISO-8601 (P30D, PT10M).
+    history_retention: timedelta = Field(
+        default=timedelta(days=30), ge=timedelta(0), description="Runs older than this are deleted; PT0S keeps all."
+    )
+    history_prune_interval: timedelta = Field(
+        default=timedelta(minutes=10), gt=timedelta(0), description="How often a replica tries to prune the history."
+    )
+    history_prune_batch: int = Field(default=500, ge=1, le=100_000, description="Rows deleted per statement.")
+    history_flush_interval: float = Field(
+        default=5.0, gt=0, le=3600, description="Seconds between writes of the skipped-attempt counts."
+    )
+
     @field_validator("table")
     @classmethod
     def _check_table(cls, value: str) -> str:

@@ -398,6 +398,7 @@ def test_everything_enabled() -> None:
     assert ingress["tls"][0]["secretName"] == "schedlock-tls" and ingress["ingressClassName"] == "nginx"
     config = one(objects, "ConfigMap")["data"]
     assert (config["SCHEDLOCK_LOG_LEVEL"], config["SCHEDLOCK_LOG_FORMAT"]) == ("DEBUG", "human")
+    assert config["SCHEDLOCK_HISTORY_RETENTION"] == "P90D"
     pod = deployment["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
     assert pod["priorityClassName"] == "platform-critical"

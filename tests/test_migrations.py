@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import pytest
 
 from app.db import migrate
 from app.settings import Settings
-from tests.support.apps import in_process, make_settings
+from tests.support.apps import fresh_table, in_process
 from tests.support.java import JavaNode
 from tests.support.servers import free_port
 
@@ -25,13 +23,8 @@ JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NU
 
 @pytest.fixture
 async def fresh(database_url: str) -> AsyncIterator[tuple[Any, Settings]]:
-    schema = f"mig_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
-    try:
-        yield conn, make_settings(database_url, f"{schema}.shedlock")
-    finally:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        await conn.close()
+    async with fresh_table(database_url, "mig") as pair:
+        yield pair
 
 
 async def upgrade(settings: Settings) -> None:
@@ -113,7 +106,10 @@ async def test_running_twice_is_a_no_op(fresh: tuple[Any, Settings]) -> None:
     catalog = "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal"
     await upgrade(settings)
     assert await java.row("kept") == row
-    assert await conn.fetchval(catalog, settings.table) == 2  # the fencing trigger (0001) and the slot trigger (0003)
+    # the fencing trigger (0001), the history's (0002) and the slot trigger (0003)
+    assert await conn.fetchval(catalog, settings.table) == 3
+    runs = f'"{settings.table_schema}"."{settings.table_name}_runs"'
+    assert await conn.fetchval(f"SELECT count(*) FROM {runs}") == 1
     version_table = f'"{settings.table_schema}"."{migrate.version_table_for(settings)}"'
     assert await conn.fetchval(f"SELECT version_num FROM {version_table}") == migrate.head_revision()
 

@@ -50,7 +50,8 @@ UtcTime = Annotated[
 ]
 
 
-def _check_holder(value: Any) -> Any:
+def reject_control_chars(value: Any) -> Any:
+    """A BeforeValidator for free text (a holder, a reason): no C0 or C1 control characters."""
     # Runs before type validation: anything but a string is left for pydantic to refuse (422).
     if isinstance(value, str) and CONTROL_CHARS.search(value):
         raise ValueError("must not contain control characters")
@@ -84,7 +85,7 @@ class AcquireRequest(_Body):
         description="The lock is kept at least this long "
         "after acquisition, even if released earlier. 0 <= value <= lock_at_most_for.",
     )
-    holder: Annotated[str | None, BeforeValidator(_check_holder)] = Field(
+    holder: Annotated[str | None, BeforeValidator(reject_control_chars)] = Field(
         default=None,
         min_length=1,
         max_length=HOLDER_MAX,

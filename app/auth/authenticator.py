@@ -24,6 +24,7 @@ from pathlib import Path
 
 from app.auth.tokens import ALL_NAMES, B64TOKEN, TokenConfigError, TokenEntry, digest, parse_tokens
 from app.errors import Forbidden, Unauthorized
+from app.locking.periodic import in_background
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock.auth")
@@ -36,6 +37,7 @@ class Principal:
     name: str | None
     prefixes: tuple[str, ...] | None  # None: every name
     can_write: bool
+    is_admin: bool = False  # may force-release (within its prefixes)
 
     def may_use(self, lock_name: str) -> bool:
         return self.prefixes is None or lock_name.startswith(self.prefixes)
@@ -51,9 +53,15 @@ class Principal:
         if write and not self.can_write:
             raise Forbidden(f"token {self.name!r} is read-only", name=lock_name)
 
+    def require_admin(self, lock_name: str) -> None:
+        """Raise Forbidden unless this caller may force-release ``lock_name``."""
+        self.require(lock_name, write=True)
+        if not self.is_admin:
+            raise Forbidden(f"token {self.name!r} is not an admin token; force-release needs one", name=lock_name)
+
 
 #: The caller when the server runs without tokens.
-OPEN = Principal(name=None, prefixes=None, can_write=True)
+OPEN = Principal(name=None, prefixes=None, can_write=True, is_admin=True)
 
 
 def _principal(entry: TokenEntry) -> Principal:
@@ -67,7 +75,7 @@ def _principal(entry: TokenEntry) -> Principal:
             if not any(prefix.startswith(k) for k in kept):
                 kept.append(prefix)
         prefixes = tuple(kept)
-    return Principal(name=entry.name, prefixes=prefixes, can_write=entry.access == "read-write")
+    return Principal(name=entry.name, prefixes=prefixes, can_write=entry.access == "read-write", is_admin=entry.admin)
 
 
 _SELECTOR = 8
@@ -179,13 +187,8 @@ class Authenticator:
                 await asyncio.sleep(self._interval)
                 self.reload_if_changed()
 
-        task = asyncio.create_task(poll(), name="schedlock-tokens-reload")
-        try:
+        async with in_background(poll(), "schedlock-tokens-reload"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def _stat(path: Path) -> tuple[int, int, int]:

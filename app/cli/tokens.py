@@ -37,6 +37,7 @@ def add_parsers(sub: Any) -> None:
         help='lock names this token may use start with this (repeatable; "*" for every name)',
     )
     new.add_argument("--read-only", action="store_true", help="may only read locks, never acquire/release/extend")
+    new.add_argument("--admin", action="store_true", help="may also force-release locks within its prefixes")
     new.add_argument("--format", choices=("toml", "json"), default="toml", help="format of the entry (toml)")
 
     sub.add_parser(
@@ -82,18 +83,23 @@ def _new_token(args: argparse.Namespace) -> int:
             sha256=hash_secret(secret),
             prefixes=args.prefixes,
             access="read" if args.read_only else "read-write",
+            admin=args.admin,
         )
     except ValidationError as exc:
-        problems = "; ".join(f"{err['loc'][0]}: {err['msg']}" for err in exc.errors(include_input=False))
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'token'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in exc.errors(include_input=False)
+        )
         print(f"schedlock-server new-token: {problems}", file=sys.stderr)
         return 2
     if args.format == "json":
-        config = json.dumps(entry.model_dump(), indent=2)
+        config = json.dumps(entry.model_dump(exclude=None if entry.admin else {"admin"}), indent=2)
     else:
         prefixes = ", ".join(json.dumps(p, ensure_ascii=False) for p in entry.prefixes)
         config = (
             f"[[tokens]]\nname = {json.dumps(entry.name, ensure_ascii=False)}\nsha256 = {json.dumps(entry.sha256)}\n"
             f"prefixes = [{prefixes}]\naccess = {json.dumps(entry.access)}\n"
+            + ("admin = true\n" if entry.admin else "")
         )
     print(config, file=sys.stderr)
     print(secret)

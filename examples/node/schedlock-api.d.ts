@@ -104,6 +104,86 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/locks/{name}/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A lock's runs, newest first
+         * @description Every acquisition of the lock (through schedlock or by a Java node) with how it ended, newest first (by fencing token). A name never acquired has no runs (an empty page).
+         */
+        get: operations["listLockRuns"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Runs of every lock, newest first
+         * @description Runs of the locks the caller may read, newest first by acquisition time, filtered by name prefix, by when they were acquired ([since, until)) and by whether they have ended.
+         */
+        get: operations["listRuns"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/locks/{name}/skips": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A lock's skipped attempts per hour
+         * @description Acquire attempts answered 409 `lock_held`, per hour of the database clock, over the last `hours` hours (the current one included), newest first; hours without skips are left out. Counts reach the database every few seconds (SCHEDLOCK_HISTORY_FLUSH_INTERVAL).
+         */
+        get: operations["getLockSkips"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/locks/{name}/force-release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Free a held lock now (admin)
+         * @description For an API token marked `admin` (within its prefixes), or anyone on a server without tokens. Sets `lock_until` to the database's now, ignoring the at-least window; ends the lease, so its holder's release and extend answer 409 `not_holder`; records the run as `force_released` with who and why; logs an audit line. A lock that is not held is left alone (`forced: false`). The row is never deleted.
+         */
+        post: operations["forceReleaseLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -336,6 +416,40 @@ export interface components {
          */
         ForbiddenError: {
             error: components["schemas"]["ForbiddenDetail"];
+        };
+        /** ForceReleaseRequest */
+        ForceReleaseRequest: {
+            /**
+             * Reason
+             * @description Why; recorded in the run and the audit log.
+             */
+            reason: string;
+        };
+        /** ForceReleaseResponse */
+        ForceReleaseResponse: {
+            /** Name */
+            name: string;
+            /**
+             * Forced
+             * @description false: the lock was not held, and nothing changed.
+             */
+            forced: boolean;
+            /**
+             * Lock Until
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            lock_until: string;
+            /**
+             * Db Time
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            db_time: string;
+            /** @description The run of the lock's current row (null if it has none). */
+            run?: components["schemas"]["RunView"] | null;
         };
         /** Health */
         Health: {
@@ -659,6 +773,128 @@ export interface components {
              * @description Whether that slot is now done; absent without a slot.
              */
             completed?: boolean | null;
+        };
+        /** RunList */
+        RunList: {
+            /**
+             * Items
+             * @description Newest first (by fencing token).
+             */
+            items: components["schemas"]["RunView"][];
+            /**
+             * Next Cursor
+             * @description Pass as ?cursor= for the next page; null on the last page.
+             */
+            next_cursor: string | null;
+            /**
+             * Db Time
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            db_time: string;
+        };
+        /**
+         * RunView
+         * @description A run. The nullable fields are always present in answers (null when empty); the document marks them
+         *     optional only because its examples cannot carry a null.
+         */
+        RunView: {
+            /** Name */
+            name: string;
+            /**
+             * Fencing Token
+             * @description The acquisition's fencing token: unique across the table (one sequence).
+             */
+            fencing_token: number;
+            /** Locked By */
+            locked_by: string;
+            /**
+             * Token Name
+             * @description The API token that acquired it; null for Java rows and open servers.
+             */
+            token_name?: string | null;
+            /**
+             * Source
+             * @description api: acquired through schedlock; table: by SQL on the table (a Java ShedLock node).
+             * @enum {string}
+             */
+            source: "api" | "table";
+            /**
+             * Acquired At
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            acquired_at: string;
+            /**
+             * Lock Until
+             * Format: date-time
+             * @description The lease's latest lock_until (extensions, the at-least window).
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            lock_until: string;
+            /**
+             * Ended At
+             * @description When the run ended; null while it runs.
+             */
+            ended_at?: string | null;
+            /**
+             * Outcome
+             * @description How it ended, or running (docs/history.md, 'How a run ends').
+             * @enum {string}
+             */
+            outcome: "running" | "released" | "expired" | "taken_over" | "force_released";
+            /**
+             * Duration Ms
+             * @description ended_at - acquired_at; while running, the time so far.
+             */
+            duration_ms: number;
+            /**
+             * Skipped
+             * @description Acquire attempts answered 409 lock_held because this run held the lock.
+             */
+            skipped: number;
+            /**
+             * Forced By
+             * @description force_released: the admin token's name ('anonymous' without tokens).
+             */
+            forced_by?: string | null;
+            /** Force Reason */
+            force_reason?: string | null;
+        };
+        /** SkipHourView */
+        SkipHourView: {
+            /**
+             * Hour
+             * Format: date-time
+             * @description The start of the hour (database clock, UTC).
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            hour: string;
+            /** Skipped */
+            skipped: number;
+        };
+        /** SkipList */
+        SkipList: {
+            /** Name */
+            name: string;
+            /** Hours */
+            hours: number;
+            /**
+             * Items
+             * @description Hours with at least one skip, newest first.
+             */
+            items: components["schemas"]["SkipHourView"][];
+            /** Total */
+            total: number;
+            /**
+             * Db Time
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            db_time: string;
         };
         /** SlotDoneDetail */
         SlotDoneDetail: {
@@ -1581,6 +1817,600 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "lock_at_most_for: is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')",
+                     *         "field": "lock_at_most_for",
+                     *         "problems": [
+                     *           {
+                     *             "field": "lock_at_most_for",
+                     *             "message": "is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    listLockRuns: {
+        parameters: {
+            query?: {
+                /** @description Page size (at most the server's list limit, 1000 by default). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "name": "nightly-billing",
+                     *           "fencing_token": 42,
+                     *           "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *           "token_name": "billing-cron",
+                     *           "source": "api",
+                     *           "acquired_at": "2026-11-29T03:00:00.000Z",
+                     *           "lock_until": "2026-11-29T03:05:00.000Z",
+                     *           "ended_at": "2026-11-29T03:02:41.317Z",
+                     *           "outcome": "released",
+                     *           "duration_ms": 161317,
+                     *           "skipped": 4
+                     *         },
+                     *         {
+                     *           "name": "nightly-billing",
+                     *           "fencing_token": 41,
+                     *           "locked_by": "host-7",
+                     *           "source": "table",
+                     *           "acquired_at": "2026-11-28T03:00:00.020Z",
+                     *           "lock_until": "2026-11-28T03:14:00.020Z",
+                     *           "ended_at": "2026-11-28T03:14:00.020Z",
+                     *           "outcome": "expired",
+                     *           "duration_ms": 840000,
+                     *           "skipped": 0
+                     *         }
+                     *       ],
+                     *       "next_cursor": "cnVuczo0MQ",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RunList"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "lock_at_most_for: is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')",
+                     *         "field": "lock_at_most_for",
+                     *         "problems": [
+                     *           {
+                     *             "field": "lock_at_most_for",
+                     *             "message": "is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    listRuns: {
+        parameters: {
+            query?: {
+                /** @description Only names starting with this. */
+                prefix?: string | null;
+                /** @description Only runs acquired at or after this (ISO-8601). */
+                since?: string | null;
+                /** @description Only runs acquired before this (ISO-8601). */
+                until?: string | null;
+                /** @description true: only runs that have ended (any outcome but running); false: only running. */
+                ended?: boolean | null;
+                /** @description Page size (at most the server's list limit, 1000 by default). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "name": "nightly-billing",
+                     *           "fencing_token": 42,
+                     *           "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *           "token_name": "billing-cron",
+                     *           "source": "api",
+                     *           "acquired_at": "2026-11-29T03:00:00.000Z",
+                     *           "lock_until": "2026-11-29T03:05:00.000Z",
+                     *           "ended_at": "2026-11-29T03:02:41.317Z",
+                     *           "outcome": "released",
+                     *           "duration_ms": 161317,
+                     *           "skipped": 4
+                     *         }
+                     *       ],
+                     *       "next_cursor": "YXQ6MTc5NTkyMTIwMDAwMDAwMDo0Mg",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RunList"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "lock_at_most_for: is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')",
+                     *         "field": "lock_at_most_for",
+                     *         "problems": [
+                     *           {
+                     *             "field": "lock_at_most_for",
+                     *             "message": "is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    getLockSkips: {
+        parameters: {
+            query?: {
+                /** @description How many hours back (default 24). */
+                hours?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "nightly-billing",
+                     *       "hours": 24,
+                     *       "items": [
+                     *         {
+                     *           "hour": "2026-11-29T03:00:00.000Z",
+                     *           "skipped": 4
+                     *         }
+                     *       ],
+                     *       "total": 4,
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SkipList"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "lock_at_most_for: is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')",
+                     *         "field": "lock_at_most_for",
+                     *         "problems": [
+                     *           {
+                     *             "field": "lock_at_most_for",
+                     *             "message": "is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    forceReleaseLock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "reason": "host-3 died in the outage; the job is rescheduled"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ForceReleaseRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "nightly-billing",
+                     *       "forced": true,
+                     *       "lock_until": "2026-11-29T03:07:12.540Z",
+                     *       "db_time": "2026-11-29T03:07:12.540Z",
+                     *       "run": {
+                     *         "name": "nightly-billing",
+                     *         "fencing_token": 42,
+                     *         "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *         "token_name": "billing-cron",
+                     *         "source": "api",
+                     *         "acquired_at": "2026-11-29T03:00:00.000Z",
+                     *         "lock_until": "2026-11-29T03:07:12.540Z",
+                     *         "ended_at": "2026-11-29T03:07:12.540Z",
+                     *         "outcome": "force_released",
+                     *         "duration_ms": 432540,
+                     *         "skipped": 0,
+                     *         "forced_by": "ops",
+                     *         "force_reason": "host-3 died in the outage; the job is rescheduled"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForceReleaseResponse"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the token is not an admin token, or the name is outside its prefixes. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `lock_not_found`: no lock of that name. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "lock_not_found",
+                     *         "message": "no lock named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LockNotFoundError"];
+                };
+            };
+            /** @description `payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "payload_too_large",
+                     *         "message": "request body larger than 16384 bytes",
+                     *         "limit": 16384
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["PayloadTooLargeError"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`). */
+            415: {
+                headers: {
+                    /**
+                     * @description The media type bodies must have.
+                     * @example application/json
+                     */
+                    Accept?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unsupported_media_type",
+                     *         "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnsupportedMediaTypeError"];
                 };
             };
             /** @description `invalid_request`: a field is missing or malformed; `field` names the first, `problems` lists them all. */

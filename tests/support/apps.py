@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -35,6 +36,19 @@ def drop_schema(database_url: str, schema: str) -> None:
             await conn.close()
 
     asyncio.run(drop())
+
+
+@asynccontextmanager
+async def fresh_table(database_url: str, prefix: str) -> AsyncIterator[tuple[Any, Settings]]:
+    """A direct connection (UTC) and settings for a table in a new schema of its own, not migrated; the schema is
+    dropped afterwards."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(database_url, server_settings={"timezone": "UTC"})
+    try:
+        yield conn, make_settings(database_url, f"{schema}.shedlock")
+    finally:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
 
 
 @asynccontextmanager

@@ -135,6 +135,7 @@ SCHEDLOCK_MAX_LOCK_DURATION: {{ .Values.config.maxLockDuration | quote }}
 SCHEDLOCK_LIST_MAX_LIMIT: {{ .Values.config.listMaxLimit | quote }}
 SCHEDLOCK_LOG_LEVEL: {{ .Values.config.logLevel | quote }}
 SCHEDLOCK_LOG_FORMAT: {{ .Values.config.logFormat | quote }}
+SCHEDLOCK_HISTORY_RETENTION: {{ .Values.config.historyRetention | quote }}
 {{- if .Values.auth.enabled }}
 SCHEDLOCK_TOKENS_FILE: {{ include "schedlock.tokensFile" . | quote }}
 {{- else }}

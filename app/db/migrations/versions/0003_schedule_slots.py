@@ -5,7 +5,7 @@ A trigger of its own (0001's fencing function stays as it is) clears a lease's s
 over, the way the fencing trigger clears ``lease_token_hash``. Idempotent, like 0001: it may run any number of times.
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-30
 """
 
@@ -18,7 +18,7 @@ from alembic import op
 from app.db.schema import SLOT_COLUMNS_DDL, qualified_name, quote_ident
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,28 @@
+"""Watching what a LockStore sends: a hook before and after each statement (the store's own ``fetch``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+#: (operation, None) before a statement; (operation, its rows) after it.
+Hook = Callable[[str, list[Any] | None], Awaitable[None]]
+
+
+@contextlib.contextmanager
+def watched(store: Any, hook: Hook) -> Iterator[None]:
+    """While entered, ``hook`` sees every statement ``store`` runs, and may delay or check it."""
+    real = store.fetch
+
+    async def fetch(operation: str, sql: str, *args: Any) -> list[Any]:
+        await hook(operation, None)
+        rows: list[Any] = await real(operation, sql, *args)
+        await hook(operation, rows)
+        return rows
+
+    store.fetch = fetch
+    try:
+        yield
+    finally:
+        del store.fetch
