@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
+import pytest
 from playwright.async_api import Request, Route, async_playwright
 
 from tests.support.servers import LiveServer
+
+pytestmark = pytest.mark.system
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
