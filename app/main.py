@@ -16,7 +16,7 @@ from app.api.errors import install_error_handlers
 from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
-from app.api.routes import health, locks
+from app.api.routes import health, locks, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.db.migrate import head_revision, known_revisions, version_table_for
@@ -105,6 +105,7 @@ def create_app(
     app.include_router(locks.router)
     app.include_router(health.router)
     app.include_router(metrics_route.router)
+    ui.install(app)
     if lean:
         lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
         app.add_middleware(LeanRoutes, routes=lean_routes)
