@@ -89,7 +89,8 @@ def upgrade(settings: Any) -> None:
     # - a Java row (no lease hash) whose lock_until did not rise, or was or became past: Java's unlock. Its extend
     #   needs a live lease and sets now + lockAtMostFor, which (as its keep-alive does) raises lock_until.
     # - anything else moving lock_until: an extend.
-    # A release after lock_until (nobody took the row meanwhile) ends the run as expired, at lock_until.
+    # A release after lock_until (nobody took the row meanwhile) ends the run as expired, at lock_until: the lock
+    # was free from then on, whatever the late release wrote.
     op.execute(
         f"""
         CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $runs$
@@ -111,10 +112,13 @@ def upgrade(settings: Any) -> None:
                   WHERE fencing_token = NEW.fencing_token AND outcome = 'running' AND lock_until <> new_until;
                 RETURN NULL;
               END IF;
-              UPDATE {runs} SET
-                  outcome = CASE WHEN old_until > now_utc THEN 'released' ELSE 'expired' END,
-                  ended_at = LEAST(now_utc, old_until), lock_until = new_until
-                WHERE fencing_token = NEW.fencing_token AND outcome = 'running';
+              IF old_until > now_utc THEN
+                UPDATE {runs} SET outcome = 'released', ended_at = now_utc, lock_until = new_until
+                  WHERE fencing_token = NEW.fencing_token AND outcome = 'running';
+              ELSE
+                UPDATE {runs} SET outcome = 'expired', ended_at = old_until, lock_until = old_until
+                  WHERE fencing_token = NEW.fencing_token AND outcome = 'running';
+              END IF;
               RETURN NULL;
             END IF;
             UPDATE {runs} SET outcome = 'taken_over', ended_at = LEAST(now_utc, old_until), lock_until = old_until
