@@ -16,12 +16,16 @@ from app.api.errors import install_error_handlers
 from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
-from app.api.routes import health, locks, ui
+from app.api.routes import admin, health, locks, runs, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.db.migrate import head_revision, known_revisions, version_table_for
-from app.db.schema import qualified_name
+from app.db.schema import qualified_name, skips_table
 from app.db.statements import close_pool, create_pool
+from app.locking.history import History
+from app.locking.periodic import history_chores
+from app.locking.retention import Pruner
+from app.locking.skips import SkipCounter
 from app.locking.store import LockStore
 from app.ops.metrics import Metrics
 from app.settings import Settings
@@ -68,15 +72,31 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(settings)
-        app.state.store = LockStore(
-            pool, settings.table_name, settings.table_schema, settings.db_pool_timeout, observe=metrics.observe_db
+        skips = SkipCounter(skips_table(settings.table_name, settings.table_schema))
+        store = LockStore(
+            pool,
+            settings.table_name,
+            settings.table_schema,
+            settings.db_pool_timeout,
+            observe=metrics.observe_db,
+            on_held=skips.count,
         )
-        metrics.watch(pool, app.state.store)
+        history = History(store, settings.table_name, settings.table_schema)
+        pruner = (
+            Pruner(store, history, settings.history_retention, settings.history_prune_batch)
+            if settings.history_retention
+            else None
+        )
+        app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
+        metrics.watch(pool, store)
         if freeze_gc:
             gc.collect()
             gc.freeze()
+        chores = history_chores(
+            store, skips, pruner, settings.history_flush_interval, settings.history_prune_interval.total_seconds()
+        )
         try:
-            async with authenticator.reloading():
+            async with authenticator.reloading(), chores:
                 yield
         finally:
             await close_pool(pool, settings.db_connect_timeout)
@@ -91,6 +111,7 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
         openapi_tags=[
             {"name": "locks", "description": "Acquire, release, extend and inspect named locks."},
+            {"name": "history", "description": "Runs, skipped attempts, and force-release (docs/history.md)."},
             {"name": "health", "description": "Probes for orchestrators."},
             {"name": "observability", "description": "Prometheus metrics."},
         ],
@@ -103,6 +124,8 @@ def create_app(
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
     install_error_handlers(app)
     app.include_router(locks.router)
+    app.include_router(runs.router)
+    app.include_router(admin.router)
     app.include_router(health.router)
     app.include_router(metrics_route.router)
     ui.install(app)

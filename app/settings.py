@@ -56,6 +56,18 @@ class Settings(BaseSettings):
     allow_unauthenticated: bool = Field(default=False, description="Serve without tokens on a non-loopback host.")
     max_body_bytes: int = Field(default=16384, ge=1024, description="Larger request bodies get 413.")
 
+    # The run history (docs/history.md). Durations are ISO-8601 (P30D, PT10M).
+    history_retention: timedelta = Field(
+        default=timedelta(days=30), ge=timedelta(0), description="Runs older than this are deleted; PT0S keeps all."
+    )
+    history_prune_interval: timedelta = Field(
+        default=timedelta(minutes=10), gt=timedelta(0), description="How often a replica tries to prune the history."
+    )
+    history_prune_batch: int = Field(default=500, ge=1, le=100_000, description="Rows deleted per statement.")
+    history_flush_interval: float = Field(
+        default=5.0, gt=0, le=3600, description="Seconds between writes of the skipped-attempt counts."
+    )
+
     @field_validator("table")
     @classmethod
     def _check_table(cls, value: str) -> str:

@@ -111,7 +111,9 @@ async def test_running_twice_is_a_no_op(fresh: tuple[Any, Settings]) -> None:
     catalog = "SELECT count(*) FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal"
     await upgrade(settings)
     assert await java.row("kept") == row
-    assert await conn.fetchval(catalog, settings.table) == 1
+    assert await conn.fetchval(catalog, settings.table) == 2  # the fencing trigger (0001) and the history's (0002)
+    runs = f'"{settings.table_schema}"."{settings.table_name}_runs"'
+    assert await conn.fetchval(f"SELECT count(*) FROM {runs}") == 1
     version_table = f'"{settings.table_schema}"."{migrate.version_table_for(settings)}"'
     assert await conn.fetchval(f"SELECT version_num FROM {version_table}") == migrate.head_revision()
 

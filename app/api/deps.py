@@ -12,8 +12,14 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from app.auth.authenticator import Authenticator, Principal
+from app.locking.history import History
 from app.locking.store import LockStore
 from app.settings import Settings
+
+
+def history_of(request: Request) -> History:
+    history: History = request.app.state.history
+    return history
 
 
 def settings_of(request: Request) -> Settings:
@@ -34,6 +40,10 @@ async def get_store(request: Request) -> LockStore:
     return store_of(request)
 
 
+async def get_history(request: Request) -> History:
+    return history_of(request)
+
+
 class _BearerToken(HTTPBearer):
     """Declares the bearer scheme in the OpenAPI document; authenticates with the app's Authenticator."""
 
@@ -51,4 +61,5 @@ bearer = _BearerToken(
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[LockStore, Depends(get_store)]
+HistoryDep = Annotated[History, Depends(get_history)]
 PrincipalDep = Annotated[Principal, Depends(bearer)]

@@ -35,6 +35,7 @@ class Principal:
     name: str | None
     prefixes: tuple[str, ...] | None  # None: every name
     can_write: bool
+    is_admin: bool = False  # may force-release (within its prefixes)
 
     def may_use(self, lock_name: str) -> bool:
         return self.prefixes is None or lock_name.startswith(self.prefixes)
@@ -50,9 +51,15 @@ class Principal:
         if write and not self.can_write:
             raise Forbidden(f"token {self.name!r} is read-only", name=lock_name)
 
+    def require_admin(self, lock_name: str) -> None:
+        """Raise Forbidden unless this caller may force-release ``lock_name``."""
+        self.require(lock_name, write=True)
+        if not self.is_admin:
+            raise Forbidden(f"token {self.name!r} is not an admin token; force-release needs one", name=lock_name)
+
 
 #: The caller when the server runs without tokens.
-OPEN = Principal(name=None, prefixes=None, can_write=True)
+OPEN = Principal(name=None, prefixes=None, can_write=True, is_admin=True)
 
 
 def _principal(entry: TokenEntry) -> Principal:
@@ -66,7 +73,7 @@ def _principal(entry: TokenEntry) -> Principal:
             if not any(prefix.startswith(k) for k in kept):
                 kept.append(prefix)
         prefixes = tuple(kept)
-    return Principal(name=entry.name, prefixes=prefixes, can_write=entry.access == "read-write")
+    return Principal(name=entry.name, prefixes=prefixes, can_write=entry.access == "read-write", is_admin=entry.admin)
 
 
 _SELECTOR = 8

@@ -15,7 +15,15 @@ import re
 import tomllib
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from app.locking.names import NAME_MAX
 
@@ -41,6 +49,7 @@ class TokenEntry(BaseModel):
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$")]
     prefixes: list[str] = Field(min_length=1)
     access: Literal["read", "read-write"]
+    admin: bool = Field(default=False, description="May force-release locks within its prefixes (docs/history.md).")
 
     @field_validator("prefixes")
     @classmethod
@@ -55,6 +64,12 @@ class TokenEntry(BaseModel):
             if len(prefix) > NAME_MAX or _BAD_PREFIX_CHARS.search(prefix):
                 raise ValueError(f"{prefix!r} can never match a lock name (1-64 characters, no control chars, no /)")
         return prefixes
+
+    @model_validator(mode="after")
+    def _check_admin(self) -> TokenEntry:
+        if self.admin and self.access != "read-write":
+            raise ValueError('admin: an admin token must have access = "read-write"')
+        return self
 
 
 class _TokenFile(BaseModel):

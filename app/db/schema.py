@@ -46,3 +46,13 @@ def quote_ident(identifier: str) -> str:
 def qualified_name(name: str, schema: str | None) -> str:
     """``"schema"."table"`` quoted for SQL text."""
     return f"{quote_ident(schema)}.{quote_ident(name)}" if schema else quote_ident(name)
+
+
+def runs_table(name: str, schema: str | None) -> str:
+    """The run history beside lock table ``name`` (migration 0002; docs/history.md), quoted for SQL text."""
+    return qualified_name(f"{name}_runs", schema)
+
+
+def skips_table(name: str, schema: str | None) -> str:
+    """Skipped acquire attempts per lock, run and hour, beside lock table ``name``, quoted for SQL text."""
+    return qualified_name(f"{name}_skips", schema)

@@ -8,7 +8,11 @@ and an extend after release fails.
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
+
+#: The lease hash of a force-released row, as SQL bytea text: empty, so no token's hash (nor released marker) matches.
+FORCED_MARKER_SQL = "\\x"
 
 
 def new_token() -> str:
@@ -30,3 +34,12 @@ def new_locked_by(holder: str | None, principal: str | None = None) -> str:
     lease_id = secrets.token_hex(6)
     via = f" via {principal}" if principal else ""
     return f"{holder or 'anonymous'} [schedlock{via} lease {lease_id}]"
+
+
+#: What new_locked_by appends; a locked_by without it was written by someone else (a Java ShedLock node).
+_SCHEDLOCK_SUFFIX = re.compile(r" \[schedlock(?: via [A-Za-z0-9._:@-]+)? lease [0-9a-f]+\]$")
+
+
+def is_schedlock_holder(locked_by: str) -> bool:
+    """Whether ``locked_by`` was made by new_locked_by (an acquisition through schedlock)."""
+    return _SCHEDLOCK_SUFFIX.search(locked_by) is not None

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from app.db.schema import qualified_name
-from app.db.statements import fetch
+from app.db.schema import qualified_name, runs_table
+from app.db.statements import fetch as run_statement
 from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, StorageUnavailable
-from app.locking.leases import hash_token, new_token, released_marker
+from app.locking.leases import FORCED_MARKER_SQL, hash_token, new_token, released_marker
 from app.locking.listing import list_query
 from app.locking.rows import NOW, ROW, Lease, LockRow, Page, row_from
 from app.locking.timefmt import format_time
@@ -29,19 +29,30 @@ from app.locking.timefmt import format_time
 #: Told of every statement the store runs: (operation, seconds, outcome), outcome "ok" or "unavailable" (the
 #: database could not answer, or the table is not migrated). The operations are STATEMENT_OPERATIONS.
 Observer = Callable[[str, float, str], None]
-STATEMENT_OPERATIONS = ("acquire", "release", "extend", "get", "list", "schema_revision", "count_held")
+STATEMENT_OPERATIONS = (
+    *("acquire", "release", "extend", "get", "list", "schema_revision", "count_held"),
+    *("force_release", "runs", "skips", "flush_skips", "prune"),  # the run history's (app.locking.history)
+)
 
 
 class LockStore:
     """The lock operations over one table, on a ``app.db.pool.StatementPool``. ``observe``, if given, is told of
-    every statement's duration and outcome (the metrics use it)."""
+    every statement's duration and outcome (the metrics use it); ``on_held`` of every refused acquire, with the
+    holder's row (the skip counter, app.locking.skips)."""
 
     def __init__(
-        self, pool: Any, table: str, schema: str | None, pool_timeout: float, observe: Observer | None = None
+        self,
+        pool: Any,
+        table: str,
+        schema: str | None,
+        pool_timeout: float,
+        observe: Observer | None = None,
+        on_held: Callable[[LockRow], None] | None = None,
     ) -> None:
         self._pool = pool
         self._pool_timeout = pool_timeout
         self._observe = observe
+        self._on_held = on_held
         t = qualified_name(table, schema)
         self.table = t
         # Insert, or take over an expired row: ShedLock's acquire, plus the lease columns. When it is held,
@@ -82,15 +93,31 @@ class LockStore:
             UNION ALL
             SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
         self._get_sql = f"SELECT {ROW}, {NOW} AS db_time FROM {t} WHERE name = $1"
+        # Free a held lock now, the at-least window ignored, and end its lease: the empty hash matches no token. The
+        # empty hash also tells the history trigger that this statement records the run's end itself, with who and
+        # why (migration 0002). The lock row is updated first, so the lock order is the one release's trigger takes.
+        self._force_sql = f"""
+            WITH forced AS (
+              UPDATE {t} SET lock_until = {NOW}, lease_token_hash = '{FORCED_MARKER_SQL}'::bytea
+              WHERE name = $1 AND lock_until > {NOW}
+              RETURNING {ROW}),
+            ended AS (
+              UPDATE {runs_table(table, schema)} r SET outcome = 'force_released', ended_at = {NOW},
+                lock_until = {NOW}, forced_by = $2, force_reason = $3
+              FROM forced WHERE r.fencing_token = forced.fencing_token AND r.outcome = 'running')
+            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM forced
+            UNION ALL
+            SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM forced)"""
         self._count_held_sql = f"SELECT count(*) AS n FROM {t} WHERE lock_until > {NOW}"
 
-    async def _fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
+    async def fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
+        """Run one statement on the store's pool, observed as ``operation`` (one of STATEMENT_OPERATIONS)."""
         observe = self._observe
         if observe is None:
-            return await fetch(self._pool, self._pool_timeout, operation, sql, *args)
+            return await run_statement(self._pool, self._pool_timeout, operation, sql, *args)
         start = time.perf_counter()
         try:
-            rows = await fetch(self._pool, self._pool_timeout, operation, sql, *args)
+            rows = await run_statement(self._pool, self._pool_timeout, operation, sql, *args)
         except StorageUnavailable:
             observe(operation, time.perf_counter() - start, "unavailable")
             raise
@@ -102,7 +129,7 @@ class LockStore:
     ) -> Lease:
         """Take the lock if it is free or expired; raise LockHeld (with the holder) otherwise."""
         token = new_token()
-        rows = await self._fetch(
+        rows = await self.fetch(
             "acquire",
             self._acquire_sql,
             name,
@@ -120,23 +147,33 @@ class LockStore:
                 current = await self.get(name)
             except LockNotFound:
                 raise LockHeld(f"{name!r} is held", name=name) from None
+        if self._on_held is not None:
+            self._on_held(current)
         raise _held(name, current)
 
     async def release(self, name: str, token: str) -> LockRow:
         token_hash = hash_token(token)
-        rows = await self._fetch("release", self._release_sql, name, token_hash, released_marker(token_hash))
+        rows = await self.fetch("release", self._release_sql, name, token_hash, released_marker(token_hash))
         return self._outcome(name, rows, "release")
 
     async def extend(
         self, name: str, token: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta | None
     ) -> LockRow:
-        rows = await self._fetch(
+        rows = await self.fetch(
             "extend", self._extend_sql, name, hash_token(token), lock_at_most_for, lock_at_least_for
         )
         return self._outcome(name, rows, "extend")
 
+    async def force_release(self, name: str, by: str, reason: str) -> tuple[bool, LockRow]:
+        """Free ``name`` now if it is held, ending its lease and recording its run as force-released by ``by``
+        for ``reason``. Returns whether it was held, and the row as it is now; LockNotFound for an unknown name."""
+        rows = await self.fetch("force_release", self._force_sql, name, by, reason)
+        if not rows:
+            raise LockNotFound(f"no lock named {name!r}", name=name)
+        return bool(rows[0]["ok"]), row_from(rows[0])
+
     async def get(self, name: str) -> LockRow:
-        rows = await self._fetch("get", self._get_sql, name)
+        rows = await self.fetch("get", self._get_sql, name)
         if not rows:
             raise LockNotFound(f"no lock named {name!r}", name=name)
         return row_from(rows[0])
@@ -153,23 +190,23 @@ class LockStore:
         """One page ordered by name (code point order), using the "C"-collated name index. ``scope``: only
         names starting with one of these (an API token's prefixes); None means every name."""
         sql, args = list_query(self.table, prefix=prefix, held=held, after=after, limit=limit, scope=scope)
-        rows = await self._fetch("list", sql, *args)
+        rows = await self.fetch("list", sql, *args)
         if not rows:
-            db_time = (await self._fetch("list", f"SELECT {NOW} AS db_time"))[0]["db_time"]
+            db_time = (await self.fetch("list", f"SELECT {NOW} AS db_time"))[0]["db_time"]
             return Page([], False, db_time)
         return Page([row_from(r) for r in rows[:limit]], len(rows) > limit, rows[0]["db_time"])
 
     async def schema_revision(self, version_table: str) -> str | None:
         """The Alembic revision recorded beside the lock table, or None if it was never migrated."""
         try:
-            rows = await self._fetch("schema_revision", f"SELECT version_num FROM {version_table}")
+            rows = await self.fetch("schema_revision", f"SELECT version_num FROM {version_table}")
         except SchemaNotMigrated:
             return None
         return str(rows[0]["version_num"]) if rows else None
 
     async def count_held(self) -> int:
         """How many locks are held now (Java rows too). A scan of the table: for metrics, not the hot path."""
-        rows = await self._fetch("count_held", self._count_held_sql)
+        rows = await self.fetch("count_held", self._count_held_sql)
         return int(rows[0]["n"])
 
     @staticmethod

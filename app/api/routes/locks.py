@@ -44,9 +44,10 @@ class _NamePath(PathConvertor):
 
 class _ReadPath(PathConvertor):
     """As _NamePath, except that it never swallows an action: ``GET /v1/locks/x/acquire`` is the acquire route
-    with the wrong method (405 with ``Allow: POST``), not a read of a lock named "x/acquire"."""
+    with the wrong method (405 with ``Allow: POST``), not a read of a lock named "x/acquire"; and ``/runs``,
+    ``/skips`` are the history's routes (app.api.routes.runs)."""
 
-    regex = r"(?:(?!/(?:acquire|release|extend)$)[\s\S])*"
+    regex = r"(?:(?!/(?:acquire|release|extend|force-release|runs|skips)$)[\s\S])*"
 
 
 register_url_convertor("lockpath", _NamePath())

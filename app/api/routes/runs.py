@@ -1,0 +1,184 @@
+"""The run history API (docs/history.md): a lock's runs, every run with filters, a lock's skips per hour.
+
+Reading the history needs read access to the names concerned, as the lock list does. Pages are keyset-paginated
+on the fencing token, newest first; the cursor is opaque, and anything but a cursor this API returned is a 422.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from app.api.deps import HistoryDep, PrincipalDep, SettingsDep
+from app.api.models import ErrorBody
+from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, SkipList
+from app.api.routes.locks import LockName
+from app.errors import InvalidRequest
+from app.locking.history import Run, RunPage
+from app.locking.leases import is_schedlock_holder
+from app.locking.names import NAME_MAX
+from app.locking.timefmt import as_utc_naive
+from app.settings import Settings
+
+router = APIRouter(tags=["history"])
+
+#: 31 days: what GET .../skips may span.
+MAX_SKIP_HOURS = 744
+
+
+def error_doc(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: error_doc("`unauthorized`: no bearer token, or one the server does not know (servers with tokens only)."),
+    422: error_doc("`invalid_request`: a parameter is malformed (`cursor`, `limit`, `since`...); `field` names it."),
+    503: error_doc("`storage_unavailable`: the database cannot answer, or is not migrated; retry after `Retry-After`."),
+}
+FORBIDDEN: dict[int | str, dict[str, Any]] = {403: error_doc("`forbidden`: the name is outside the token's prefixes.")}
+
+
+def json_response(model: BaseModel) -> Response:
+    return Response(content=model.model_dump_json(), media_type="application/json")
+
+
+def run_view(run: Run, db_time: datetime) -> RunView:
+    """A run as the API shows it; a running run's duration is the time so far, by the database's clock."""
+    end = run.ended_at if run.ended_at is not None else db_time
+    return RunView(
+        name=run.name,
+        fencing_token=run.fencing_token,
+        locked_by=run.locked_by,
+        token_name=run.token_name,
+        source="api" if is_schedlock_holder(run.locked_by) else "table",
+        acquired_at=run.acquired_at,
+        lock_until=run.lock_until,
+        ended_at=run.ended_at,
+        outcome=run.outcome,  # type: ignore[arg-type]  # one of OUTCOMES, from the table's CHECK
+        duration_ms=max(0, round((as_utc_naive(end) - as_utc_naive(run.acquired_at)).total_seconds() * 1000)),
+        skipped=run.skipped,
+        forced_by=run.forced_by,
+        force_reason=run.force_reason,
+    )
+
+
+_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,40}")
+_CURSOR = re.compile(rb"runs:([1-9][0-9]{0,18})")
+
+
+def encode_cursor(fencing_token: int) -> str:
+    return base64.urlsafe_b64encode(f"runs:{fencing_token}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The fencing token a cursor continues after; 422 (field ``cursor``) for anything this API did not return."""
+    if _CURSOR_TEXT.fullmatch(cursor):
+        try:
+            match = _CURSOR.fullmatch(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        except (binascii.Error, ValueError):
+            match = None
+        if match is not None and int(match.group(1)) < 2**63:
+            return int(match.group(1))
+    raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
+
+
+def _check_limit(settings: Settings, limit: int) -> None:
+    if limit > settings.list_max_limit:
+        raise InvalidRequest(f"limit: must be at most {settings.list_max_limit}", field="limit")
+
+
+def _list(page: RunPage) -> Response:
+    next_cursor = encode_cursor(page.runs[-1].fencing_token) if page.has_more else None
+    items = [run_view(run, page.db_time) for run in page.runs]
+    return json_response(RunList(items=items, next_cursor=next_cursor, db_time=page.db_time))
+
+
+Limit = Annotated[int, Query(ge=1, description="Page size (at most the server's list limit, 1000 by default).")]
+Cursor = Annotated[str | None, Query(max_length=200, description="`next_cursor` of the previous page.")]
+
+
+@router.get(
+    "/v1/locks/{name:lockpath}/runs",
+    operation_id="listLockRuns",
+    summary="A lock's runs, newest first",
+    description="Every acquisition of the lock (through schedlock or by a Java node) with how it ended, newest "
+    "first. A name never acquired has no runs (an empty page).",
+    response_model=RunList,
+    responses={**FORBIDDEN, **READ_ERRORS},
+)
+async def lock_runs(
+    name: LockName,
+    principal: PrincipalDep,
+    history: HistoryDep,
+    settings: SettingsDep,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> Response:
+    principal.require(name, write=False)
+    _check_limit(settings, limit)
+    before = decode_cursor(cursor) if cursor is not None else None
+    return _list(await history.page(limit=limit, before=before, name=name))
+
+
+@router.get(
+    "/v1/runs",
+    operation_id="listRuns",
+    summary="Runs of every lock, newest first",
+    description="Runs of the locks the caller may read, filtered by name prefix, by when they were acquired "
+    "([since, until)) and by whether they have ended.",
+    response_model=RunList,
+    responses=READ_ERRORS,
+)
+async def list_runs(
+    principal: PrincipalDep,
+    history: HistoryDep,
+    settings: SettingsDep,
+    prefix: Annotated[
+        str | None,
+        Query(max_length=NAME_MAX, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$", description="Only names starting with this."),
+    ] = None,
+    since: Annotated[QueryTime | None, Query(description="Only runs acquired at or after this (ISO-8601).")] = None,
+    until: Annotated[QueryTime | None, Query(description="Only runs acquired before this (ISO-8601).")] = None,
+    ended: Annotated[
+        bool | None,
+        Query(description="true: only runs that have ended (any outcome but running); false: only running."),
+    ] = None,
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> Response:
+    _check_limit(settings, limit)
+    before = decode_cursor(cursor) if cursor is not None else None
+    page = await history.page(
+        limit=limit, before=before, prefix=prefix, scope=principal.prefixes, since=since, until=until, ended=ended
+    )
+    return _list(page)
+
+
+@router.get(
+    "/v1/locks/{name:lockpath}/skips",
+    operation_id="getLockSkips",
+    summary="A lock's skipped attempts per hour",
+    description="Acquire attempts answered 409 `lock_held`, per hour of the database clock, over the last `hours` "
+    "hours (the current one included), newest first; hours without skips are left out. Counts reach the database "
+    "every few seconds (SCHEDLOCK_HISTORY_FLUSH_INTERVAL).",
+    response_model=SkipList,
+    responses={**FORBIDDEN, **READ_ERRORS},
+)
+async def lock_skips(
+    name: LockName,
+    principal: PrincipalDep,
+    history: HistoryDep,
+    hours: Annotated[int, Query(ge=1, le=MAX_SKIP_HOURS, description="How many hours back (default 24).")] = 24,
+) -> Response:
+    principal.require(name, write=False)
+    found, db_time = await history.skips(name, hours)
+    items = [SkipHourView(hour=h.hour, skipped=h.skipped) for h in found]
+    total = sum(h.skipped for h in found)
+    return json_response(SkipList(name=name, hours=hours, items=items, total=total, db_time=db_time))
