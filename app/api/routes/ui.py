@@ -75,6 +75,7 @@ async def session(principal: PrincipalDep, request: Request) -> Response:
         "token": principal.name,
         "prefixes": list(principal.prefixes) if principal.prefixes is not None else None,
         "access": "read-write" if principal.can_write else "read",
+        "admin": principal.is_admin,
     }
     return Response(orjson.dumps(body), media_type="application/json", headers={"Cache-Control": "no-store"})
 

@@ -92,6 +92,25 @@
     }
   }
 
+  // schedlock's locked_by is "<holder> [schedlock via <token> lease <id>]" (app/locking/leases.py); anything else
+  // was written by a Java ShedLock node (its hostname).
+  const SCHEDLOCK_HOLDER = / \[schedlock(?: via ([A-Za-z0-9._:@-]+))? lease ([0-9a-f]+)\]$/;
+
+  function setHolder(element, lockedBy) {
+    element.textContent = "";
+    element.title = lockedBy;
+    const match = SCHEDLOCK_HOLDER.exec(lockedBy);
+    const box = document.createElement("span");
+    box.className = "stack";
+    const main = document.createElement("span");
+    main.textContent = match ? lockedBy.slice(0, match.index) : lockedBy;
+    const sub = document.createElement("span");
+    sub.className = "sub";
+    sub.textContent = match ? `lease ${match[2]}${match[1] ? ` · token ${match[1]}` : ""}` : "Java ShedLock node";
+    box.append(main, sub);
+    element.append(box);
+  }
+
   function setStatus(text, bad = false) {
     const status = $("status");
     status.textContent = text;
@@ -208,7 +227,8 @@
 
     function row(lock) {
       const fragment = template.content.cloneNode(true);
-      fill(fragment, { locked_by: lock.locked_by, fencing_token: lock.fencing_token });
+      fill(fragment, { fencing_token: lock.fencing_token });
+      setHolder(fragment.querySelector('[data-field="locked_by"]'), lock.locked_by);
       const link = fragment.querySelector('[data-field="name"]');
       link.textContent = lock.name;
       link.href = `${base}/ui/locks/${encodeURIComponent(lock.name)}`;
@@ -305,7 +325,7 @@
       note(session.admin || !lock.held ? "" : "Force-release needs an admin token.");
       badge.hidden = false;
       setState(badge, lock.held);
-      $("f-holder").textContent = lock.locked_by;
+      setHolder($("f-holder"), lock.locked_by);
       $("f-fencing").textContent = lock.fencing_token;
       setTime($("f-locked-at"), lock.locked_at);
       setTime($("f-until"), lock.lock_until);
@@ -315,17 +335,24 @@
     }
 
     function runNote(run) {
-      if (run.outcome === "force_released") return `by ${run.forced_by}: ${run.force_reason}`;
-      if (run.outcome === "running") return `until ${formatTime(run.lock_until)}`;
-      if (run.token_name) return `token ${run.token_name}`;
-      return run.source === "table" ? "Java ShedLock node" : "";
+      switch (run.outcome) {
+        case "force_released":
+          return `by ${run.forced_by}: ${run.force_reason}`;
+        case "running":
+          return `held until ${formatTime(run.lock_until)}`;
+        case "expired":
+          return "ran past lock_until without a release";
+        case "taken_over":
+          return "ran out unreleased; the next holder took the lock";
+        default:
+          return "";
+      }
     }
 
     function runRow(run) {
       const fragment = $("run-row").content.cloneNode(true);
       fill(fragment, {
         duration: formatDuration(run.duration_ms),
-        locked_by: run.locked_by,
         skipped: run.skipped,
         fencing_token: run.fencing_token,
         note: runNote(run),
@@ -334,6 +361,7 @@
       badge.textContent = run.outcome.replace("_", " ");
       badge.classList.add(run.outcome);
       setTime(fragment.querySelector('[data-field="acquired_at"]'), run.acquired_at);
+      setHolder(fragment.querySelector('[data-field="locked_by"]'), run.locked_by);
       return fragment;
     }
 
@@ -368,6 +396,7 @@
     }
 
     $("runs-more").addEventListener("click", () => loadRuns(true).catch((err) => setStatus(err.message, true)));
+    window.addEventListener("resize", () => drawChart(runs));
     forceRelease(name, () => lock, refresh);
     return { refresh };
   }
@@ -380,16 +409,22 @@
     chart.textContent = "";
     if (!runs.length) return;
     const ordered = runs.slice().reverse();
-    const width = 800;
+    const width = Math.max(chart.clientWidth, 280); // drawn at the size it is shown: text is never stretched
     const height = 180;
     const left = 52;
     const bottom = 22;
-    const top = 10;
-    const longest = Math.max(...ordered.map((r) => r.duration_ms || 0), 1);
-    const slot = (width - left) / Math.max(ordered.length, 12);
+    const top = 14;
+    // The scale is the longest ended run's, so one long-running run does not flatten the others; a bar past it is
+    // cut at the top and marked with its duration.
+    const ended = ordered.filter((r) => r.outcome !== "running").map((r) => r.duration_ms || 0);
+    const longest = Math.max(...(ended.length ? ended : ordered.map((r) => r.duration_ms || 0)), 1);
+    const slots = Math.max(ordered.length, 12);
+    const slot = (width - left) / slots;
+    const x0 = left + (slots - ordered.length) * slot; // the newest run always ends at the right edge
     const svg = document.createElementNS(SVG, "svg");
     svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
     svg.setAttribute("role", "img");
     svg.setAttribute(
       "aria-label",
@@ -406,13 +441,26 @@
     add("line", { class: "axis", x1: left, y1: top, x2: left, y2: height - bottom });
     add("text", { x: left - 6, y: top + 9, "text-anchor": "end" }, formatDuration(longest));
     add("text", { x: left - 6, y: height - bottom, "text-anchor": "end" }, "0");
-    add("text", { x: left, y: height - 6 }, formatTime(ordered[0].acquired_at));
-    add("text", { x: width, y: height - 6, "text-anchor": "end" }, formatTime(ordered.at(-1).acquired_at));
+    add("line", { class: "grid-line", x1: left, y1: (top + height - bottom) / 2, x2: width, y2: (top + height - bottom) / 2 });
+    add("text", { x: left - 6, y: (top + height - bottom) / 2 + 4, "text-anchor": "end" }, formatDuration(longest / 2));
+    const first = ordered[0].acquired_at;
+    const last = ordered.at(-1).acquired_at;
+    // The date once when every run is on the same day; the time of day otherwise fits a phone's width.
+    const sameDay = first.slice(0, 10) === last.slice(0, 10);
+    const label = (iso) => (sameDay ? formatTime(iso).slice(11) : formatTime(iso).slice(5, 16));
+    add("text", { x: left, y: height - 6 }, sameDay ? `${first.slice(0, 10)} ${label(first)}` : label(first));
+    add("text", { x: width, y: height - 6, "text-anchor": "end" }, label(last));
     ordered.forEach((run, i) => {
-      const h = Math.max(((run.duration_ms || 0) / longest) * (height - bottom - top), 2);
+      const full = height - bottom - top;
+      const over = (run.duration_ms || 0) > longest;
+      const h = over ? full - 6 : Math.max(((run.duration_ms || 0) / longest) * full, 2);
+      if (over) {
+        const mark = { class: "over", x: x0 + (i + 0.85) * slot, y: top + 2, "text-anchor": "end" };
+        add("text", mark, `↑ ${formatDuration(run.duration_ms)}`);
+      }
       const bar = add("rect", {
         class: run.outcome,
-        x: left + i * slot + slot * 0.15,
+        x: x0 + i * slot + slot * 0.15,
         y: height - bottom - h,
         width: slot * 0.7,
         height: h,
