@@ -7,21 +7,10 @@ from urllib.parse import urlparse
 import pytest
 from playwright.async_api import Request, Route, async_playwright
 
+from tests.support.browser import CHROMIUM, FLAGS
 from tests.support.servers import LiveServer
 
 pytestmark = pytest.mark.system
-
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 async def test_swagger_ui_renders_every_operation_offline(live_server: LiveServer) -> None:

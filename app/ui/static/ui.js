@@ -16,6 +16,7 @@
 
   let session = null; // what /ui/session says the token may do
   let skewMs = 0; // database time minus browser time
+  let skewKnown = false; // until the database has answered once, the page does not claim to know its time
   let timer = null;
   let page = null; // the page's loader, made once
 
@@ -52,7 +53,10 @@
     } catch (err) {
       data = null;
     }
-    if (data && data.db_time) skewMs = Date.parse(data.db_time) - Date.now();
+    if (data && data.db_time) {
+      skewMs = Date.parse(data.db_time) - Date.now();
+      skewKnown = true;
+    }
     if (!response.ok) {
       const error = (data && data.error) || {};
       const failure = new ApiError(response.status, error.code, error.message);
@@ -128,7 +132,7 @@
   // turns to "free" once lock_until has passed on the database's clock.
   function tick() {
     const now = dbNow();
-    $("db-time").textContent = formatTime(new Date(now).toISOString());
+    if (skewKnown) $("db-time").textContent = formatTime(new Date(now).toISOString());
     for (const element of document.querySelectorAll("[data-until]")) {
       const left = Date.parse(element.dataset.until) - now;
       const held = left > 0 && element.dataset.held === "true";
