@@ -53,6 +53,8 @@ EXCLUDED = {
     "Dockerfile",
     ("docs/deploy.md", "helm install"): "needs a Kubernetes cluster; tests/test_helm.py renders and validates the "
     "chart",
+    ("docs/dashboard.md", "helm upgrade"): "needs a Kubernetes cluster; tests/test_helm_monitoring.py renders the "
+    "chart with the dashboard and the alerts on",
     ("docs/performance.md", "python -m bench"): "the ~4-minute benchmark; tests/test_bench.py runs it with --quick",
 }
 #: Blocks a test of their own runs, with more to check.
