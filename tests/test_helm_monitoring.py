@@ -187,11 +187,20 @@ def _latency(above: float) -> list[dict[str, str]]:
     ]
 
 
+def _replicas(available: int, wanted: int) -> list[dict[str, str]]:
+    """kube-state-metrics' view of the Deployment: ``available`` ready pods of ``wanted``."""
+    return [
+        {"series": f"kube_deployment_status_replicas_available{{{KSM}}}", "values": f"{available}x40"},
+        {"series": f"kube_deployment_spec_replicas{{{KSM}}}", "values": f"{wanted}x40"},
+    ]
+
+
 def _cases(thresholds: dict[str, float]) -> dict[str, tuple[str, dict[str, str], list[Any], list[Any]]]:
     """alert[:variant] -> (eval time, its own labels, series that fire it, series that do not)."""
     errors, unavailable = thresholds["serverErrorRatio"], thresholds["unavailableRatio"]
     latency, pool = thresholds["latencyP99Seconds"], thresholds["poolBusyRatio"]
     release = {"namespace": NAMESPACE, "service": FULLNAME}
+    deployment = {"namespace": NAMESPACE, "deployment": FULLNAME, "job": "kube-state-metrics"}
     just_over = min(b for b in LATENCY_BUCKETS if b >= latency)  # every observation lands above the threshold
     max_connections = 16
 
@@ -226,31 +235,9 @@ def _cases(thresholds: dict[str, float]) -> dict[str, tuple[str, dict[str, str],
             pool_busy(max_connections),
             pool_busy(math.floor(max_connections * pool) - 1),
         ),
-        "SchedlockNotReady": (
-            "15m",
-            {"namespace": NAMESPACE, "deployment": FULLNAME, "job": "kube-state-metrics"},
-            [
-                {"series": f"kube_deployment_status_replicas_available{{{KSM}}}", "values": "1x40"},
-                {"series": f"kube_deployment_spec_replicas{{{KSM}}}", "values": "2x40"},
-            ],
-            [
-                {"series": f"kube_deployment_status_replicas_available{{{KSM}}}", "values": "2x40"},
-                {"series": f"kube_deployment_spec_replicas{{{KSM}}}", "values": "2x40"},
-            ],
-        ),
-        "SchedlockNoReadyPod": (
-            "5m",
-            {"namespace": NAMESPACE, "deployment": FULLNAME, "job": "kube-state-metrics"},
-            [
-                {"series": f"kube_deployment_status_replicas_available{{{KSM}}}", "values": "0x40"},
-                {"series": f"kube_deployment_spec_replicas{{{KSM}}}", "values": "2x40"},
-            ],
-            # Scaled to zero on purpose.
-            [
-                {"series": f"kube_deployment_status_replicas_available{{{KSM}}}", "values": "0x40"},
-                {"series": f"kube_deployment_spec_replicas{{{KSM}}}", "values": "0x40"},
-            ],
-        ),
+        "SchedlockNotReady": ("15m", deployment, _replicas(available=1, wanted=2), _replicas(available=2, wanted=2)),
+        # Scaled to zero on purpose is not "no ready pod".
+        "SchedlockNoReadyPod": ("5m", deployment, _replicas(available=0, wanted=2), _replicas(available=0, wanted=0)),
         "SchedlockDown": (
             "10m",
             release,

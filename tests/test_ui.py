@@ -50,15 +50,22 @@ async def test_bad_page_input_is_a_4xx(client: httpx.AsyncClient, path: str) -> 
 
 
 async def test_assets_are_served_by_the_app(client: httpx.AsyncClient) -> None:
+    """Every asset the page loads, and every module its script imports, with the type a browser insists on."""
     page = (await client.get("/ui")).text
-    assets = re.findall(r'(?:href|src)="(/ui/static/[^"?]+)', page)
-    assert {"/ui/static/ui.css", "/ui/static/ui.js", "/ui/static/favicon.svg"} <= set(assets)
+    pending = re.findall(r'(?:href|src)="(/ui/static/[^"?]+)', page)
+    assert {"/ui/static/ui.css", "/ui/static/main.js", "/ui/static/favicon.svg"} <= set(pending)
     types = {"css": "text/css", "js": "text/javascript", "svg": "image/svg+xml"}
-    for asset in assets:
+    served: set[str] = set()
+    while pending:
+        asset = pending.pop()
         r = await client.get(asset)
         assert r.status_code == 200, asset
         assert r.headers["content-type"].startswith(types[asset.rsplit(".", 1)[1]]), asset
         assert r.headers["x-content-type-options"] == "nosniff"
+        served.add(asset)
+        imports = re.findall(r'\bfrom "\./([\w.]+)";', r.text) if asset.endswith(".js") else []
+        pending += [f"/ui/static/{module}" for module in imports if f"/ui/static/{module}" not in served]
+    assert {f"/ui/static/{p.name}" for p in STATIC.iterdir()} == served  # nothing unused ships
     assert (await client.get("/ui/static/nope.js")).status_code == 404
 
 
