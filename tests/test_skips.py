@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -15,12 +16,15 @@ from pydantic import SecretStr
 import app.locking.skips as skips_module
 from app.db.statements import close_pool, create_pool
 from app.errors import StorageUnavailable
+from app.locking.rows import LockRow
 from app.locking.skips import SkipCounter
 from app.locking.store import LockStore
 from app.settings import Settings
 from tests.support.api import acquire
 from tests.support.apps import in_process
 from tests.support.servers import free_port
+
+NOON = datetime(2026, 11, 29, 12)
 
 
 async def run_skips(client: httpx.AsyncClient, name: str) -> int:
@@ -126,3 +130,12 @@ async def test_beyond_the_pending_limit_new_keys_are_dropped_and_said(
         "skip counts not written for a while; dropping new ones until the next flush",
         "2 skipped attempts were not counted while skip counts could not be written",
     ]
+
+
+async def test_each_refusal_counts_in_its_own_hour(app: FastAPI, db: Any, name: str) -> None:
+    counter = SkipCounter(app.state.history.skips_table)
+    for at in ("10:59:59.999", "11:00:00", "10:00:00", "11:59:59", "12:00:00.001"):
+        counter.count(LockRow(name, "host", NOON, NOON, 7, datetime.fromisoformat(f"2026-11-29T{at}")))
+    assert await counter.flush(app.state.store) == 5
+    rows = await db.fetch(f"SELECT hour, skipped FROM {app.state.history.skips_table} WHERE name = $1 ORDER BY 1", name)
+    assert [(r["hour"].hour, r["skipped"]) for r in rows] == [(10, 2), (11, 2), (12, 1)]
