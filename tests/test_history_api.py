@@ -99,6 +99,8 @@ async def test_the_largest_cursor_is_accepted(client: httpx.AsyncClient) -> None
         ({"limit": 1001}, "limit"),
         ({"limit": "x"}, "limit"),
         ({"since": "yesterday"}, "since"),
+        ({"since": "0.5"}, "since"),  # not a Unix time
+        ({"since": "2026-11-29"}, "since"),  # not a bare date
         ({"since": "2026-11-29T00:00:00\x00Z"}, "since"),
         ({"until": "0001-01-01T00:00:00+01:00"}, "until"),
         ({"until": "2026-13-01T00:00:00Z"}, "until"),

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.api.models import UtcTime
 from app.locking.names import CONTROL_CHARS
@@ -74,12 +75,17 @@ class ForceReleaseResponse(BaseModel):
     run: RunView | None = Field(description="The run of the lock's current row (null if it has none).")
 
 
-def _to_utc(value: datetime) -> datetime:
-    """Naive UTC; a time without an offset is taken as UTC. Refuses what falls outside the calendar once in UTC."""
+_ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?(?:[Zz]|[+-]\d{2}:?\d{2})?")
+
+
+def _parse_time(value: Any) -> datetime:
+    """An ISO-8601 date-time (not a number, not a bare date) as naive UTC; one without an offset is taken as UTC."""
+    if not isinstance(value, str) or not _ISO_TIME.fullmatch(value):
+        raise ValueError("expected an ISO-8601 date-time, e.g. 2026-11-29T03:00:00Z")
     try:
-        return as_utc_naive(value)
-    except OverflowError:
-        raise ValueError("out of range") from None
+        return as_utc_naive(datetime.fromisoformat(value.upper().replace("Z", "+00:00")))
+    except (ValueError, OverflowError):  # no such day or hour; outside the calendar once in UTC
+        raise ValueError("not a valid date-time") from None
 
 
-QueryTime = Annotated[datetime, AfterValidator(_to_utc)]
+QueryTime = Annotated[datetime, BeforeValidator(_parse_time)]

@@ -39,7 +39,7 @@ from schedlock._exceptions import (
     error_class,
 )
 from schedlock._lease import LeaseBase, LeaseState, OnLost, assert_locked
-from schedlock._models import Extended, LockInfo, LockPage, Released
+from schedlock._models import Extended, ForceReleased, LockInfo, LockPage, Released, Run, RunPage, SkipHour, Skips
 from schedlock._policy import OnUnavailable
 from schedlock._sync import Lease, LockClient
 from schedlock._version import __version__
@@ -52,6 +52,7 @@ __all__ = [
     "DurationLike",
     "Extended",
     "Forbidden",
+    "ForceReleased",
     "InternalServerError",
     "InvalidRequest",
     "Lease",
@@ -72,10 +73,14 @@ __all__ = [
     "PayloadTooLarge",
     "Released",
     "RequestRejected",
+    "Run",
+    "RunPage",
     "SchedlockError",
     "ServerError",
     "ServiceUnavailable",
     "ServiceUnreachable",
+    "SkipHour",
+    "Skips",
     "StorageUnavailable",
     "Unauthorized",
     "UnexpectedResponse",

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
@@ -23,9 +23,13 @@ from schedlock._base import (
     acquire_call,
     decode,
     extend_call,
+    force_release_call,
     get_call,
+    history_call,
     list_call,
     release_call,
+    runs_call,
+    skips_call,
     unreachable,
     windows,
 )
@@ -33,7 +37,7 @@ from schedlock._durations import DurationLike
 from schedlock._exceptions import LockHeld, LockLost, NotHolder, NotLocked, SchedlockError, ServiceUnavailable
 from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
-from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
+from schedlock._models import Acquired, Extended, ForceReleased, LockInfo, LockPage, Released, RunPage, Skips
 from schedlock._policy import OnUnavailable, default_holder, log_skip, run_without_lock
 from schedlock._tasks import AsyncKeeper, check_job
 
@@ -158,6 +162,33 @@ class AsyncLockClient:
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    async def history(self, name: str, *, limit: int = 100, cursor: str | None = None) -> RunPage:
+        """One page of the runs of ``name``, newest first: who held it, how long, how it ended (docs/history.md)."""
+        return await self._send(history_call(name, limit, cursor))
+
+    async def runs(
+        self,
+        *,
+        prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        ended: bool | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of runs of every lock the token may read, newest first: names starting with ``prefix``,
+        acquired in [``since``, ``until``) (aware datetimes), only ended (True) or only running (False) runs."""
+        return await self._send(runs_call(prefix, since, until, ended, limit, cursor))
+
+    async def skips(self, name: str, *, hours: int = 24) -> Skips:
+        """Skipped acquire attempts of ``name`` per hour over the last ``hours`` hours."""
+        return await self._send(skips_call(name, hours))
+
+    async def force_release(self, name: str, reason: str) -> ForceReleased:
+        """Free ``name`` now, whoever holds it (needs an admin token): its holder's release and extend fail, and
+        its keep-alive reports the loss. :class:`LockNotFound` for an unknown name, :class:`Forbidden` without."""
+        return await self._send(force_release_call(name, reason))
 
     def scheduler_lock(
         self,

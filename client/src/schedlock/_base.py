@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -19,8 +19,9 @@ import httpx
 
 from schedlock._durations import DurationLike, format_duration, parse_duration
 from schedlock._exceptions import APIError, ServiceUnreachable, UnexpectedResponse, error_class
-from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
+from schedlock._models import Acquired, Extended, ForceReleased, LockInfo, LockPage, Released, RunPage, Skips
 from schedlock._policy import OnUnavailable, clean_holder
+from schedlock._times import format_time
 from schedlock._version import __version__
 
 T = TypeVar("T")
@@ -120,6 +121,43 @@ def list_call(prefix: str | None, held: bool | None, limit: int, cursor: str | N
     if cursor is not None:
         params["cursor"] = cursor
     return Call("GET", "/v1/locks", LockPage.from_json, "list locks", params=params)
+
+
+def history_call(name: str, limit: int, cursor: str | None) -> Call[RunPage]:
+    params = {"limit": str(limit)} | ({"cursor": cursor} if cursor is not None else {})
+    return Call("GET", _lock_path(name, "runs"), RunPage.from_json, f"history of {name!r}", params=params)
+
+
+def runs_call(
+    prefix: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    ended: bool | None,
+    limit: int,
+    cursor: str | None,
+) -> Call[RunPage]:
+    params = {"limit": str(limit)}
+    if prefix:
+        params["prefix"] = prefix
+    for key, value in (("since", since), ("until", until)):
+        if value is not None:
+            if value.tzinfo is None:
+                raise ValueError(f"{key}: needs a time zone (e.g. datetime.now(UTC)); a naive datetime is ambiguous")
+            params[key] = format_time(value)
+    if ended is not None:
+        params["ended"] = "true" if ended else "false"
+    if cursor is not None:
+        params["cursor"] = cursor
+    return Call("GET", "/v1/runs", RunPage.from_json, "list runs", params=params)
+
+
+def skips_call(name: str, hours: int) -> Call[Skips]:
+    return Call("GET", _lock_path(name, "skips"), Skips.from_json, f"skips of {name!r}", params={"hours": str(hours)})
+
+
+def force_release_call(name: str, reason: str) -> Call[ForceReleased]:
+    path = _lock_path(name, "force-release")
+    return Call("POST", path, ForceReleased.from_json, f"force-release {name!r}", {"reason": reason})
 
 
 def windows(

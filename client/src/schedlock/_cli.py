@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from schedlock._base import windows
+from schedlock._cli_history import force_release, history_parsers, positive_int, runs
 from schedlock._durations import parse_duration
 from schedlock._exceptions import APIError, LockNotFound, NotHolder, ServiceUnavailable
 from schedlock._keepalive import MINIMUM_LOCK_AT_MOST_FOR, check_keep_alive
@@ -24,9 +25,10 @@ EXIT_CODES = f"""\
 exit codes:
   0        the command ran and exited 0, or the lock was held (see --held-exit-code)
   1-255    otherwise the command's own exit code; 128+N when a signal N killed it
-  1        list/status/release: no such lock, or the token does not hold it
+  1        status/release/force-release: no such lock; release: the token does not hold it
   {Exit.USAGE:<8} bad arguments (also --keep-alive with --at-most under 30s)
-  {Exit.REJECTED:<8} the service rejected the request (invalid name or duration, unauthorized, forbidden)
+  {Exit.REJECTED:<8} the service rejected the request (invalid name or duration, unauthorized, forbidden,
+           force-release without an admin token)
   {Exit.UNAVAILABLE:<8} the lock service is unavailable: the command was NOT run (unless --fail-open)
   {Exit.LOCK_LOST:<8} --keep-alive lost the lock: the command was terminated (SIGTERM, then SIGKILL)
   {Exit.CANNOT_EXECUTE:<8} the command cannot be executed; {Exit.COMMAND_NOT_FOUND}: not found
@@ -67,7 +69,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         formatter_class=formatter,
     )
     parser.add_argument("--version", action="version", version=f"schedlock {__version__}")
-    sub = parser.add_subparsers(dest="command_name", required=True, metavar="{run,list,status,release}")
+    sub = parser.add_subparsers(
+        dest="command_name", required=True, metavar="{run,list,status,release,runs,force-release}"
+    )
 
     run_parser = sub.add_parser(
         "run",
@@ -118,7 +122,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     which = list_parser.add_mutually_exclusive_group()
     which.add_argument("--held", dest="held", action="store_const", const=True, help="only held locks")
     which.add_argument("--free", dest="held", action="store_const", const=False, help="only free locks")
-    list_parser.add_argument("--limit", type=_positive_int, help="at most this many locks (default: all)")
+    list_parser.add_argument("--limit", type=positive_int, help="at most this many locks (default: all)")
     list_parser.add_argument("--json", action="store_true", help="JSON for scripts instead of a table")
 
     status_parser = sub.add_parser(
@@ -136,6 +140,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     release_parser.add_argument("name", help="lock name")
     release_parser.add_argument("--token", required=True, help="the lease token acquire returned ('-': read stdin)")
+    history_parsers(sub, common, formatter, EXIT_CODES)
     return parser, run_parser
 
 
@@ -151,6 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list(client, args)
         if args.command_name == "status":
             return _status(client, args)
+        if args.command_name == "runs":
+            return runs(client, args)
+        if args.command_name == "force-release":
+            return force_release(client, args)
         return _release(client, args)
     except ServiceUnavailable as exc:
         say(f"lock service unavailable: {exc}")
@@ -256,13 +265,6 @@ def _release(client: LockClient, args: argparse.Namespace) -> int:
     released = client.release(args.name, token)
     print(f"released {released.name!r}; free from {format_time(released.lock_until)}")
     return Exit.OK
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def _seconds(total: float) -> str:

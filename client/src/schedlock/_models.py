@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from schedlock._times import parse_time
@@ -105,13 +105,130 @@ class LockPage:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LockPage:
         db_time = _time(data, "db_time")
-        items = data.get("items")
-        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
-            raise ValueError("items: expected a list of objects")
-        cursor = data.get("next_cursor")
-        if cursor is not None and not isinstance(cursor, str):
-            raise ValueError("next_cursor: expected a string or null")
-        return cls(tuple(LockInfo.from_json(item, db_time) for item in items), cursor, db_time)
+        return cls(tuple(LockInfo.from_json(item, db_time) for item in _objects(data)), _cursor(data), db_time)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One acquisition of a lock and how it ended (docs/history.md). ``outcome`` is ``running``, ``released``,
+    ``expired``, ``taken_over`` or ``force_released``; ``duration`` is the time so far while it runs."""
+
+    name: str
+    fencing_token: int
+    locked_by: str
+    token_name: str | None
+    source: str
+    acquired_at: datetime
+    lock_until: datetime
+    ended_at: datetime | None
+    outcome: str
+    duration: timedelta
+    skipped: int
+    forced_by: str | None
+    force_reason: str | None
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome != "running"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Run:
+        ended_at = data.get("ended_at")
+        return cls(
+            name=_str(data, "name"),
+            fencing_token=_int(data, "fencing_token"),
+            locked_by=_str(data, "locked_by"),
+            token_name=_optional_str(data, "token_name"),
+            source=_str(data, "source"),
+            acquired_at=_time(data, "acquired_at"),
+            lock_until=_time(data, "lock_until"),
+            ended_at=None if ended_at is None else _time(data, "ended_at"),
+            outcome=_str(data, "outcome"),
+            duration=timedelta(milliseconds=_int(data, "duration_ms")),
+            skipped=_int(data, "skipped"),
+            forced_by=_optional_str(data, "forced_by"),
+            force_reason=_optional_str(data, "force_reason"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of runs, newest first; pass ``next_cursor`` back as ``cursor`` for the next (None: last page)."""
+
+    items: tuple[Run, ...]
+    next_cursor: str | None
+    db_time: datetime
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunPage:
+        return cls(tuple(Run.from_json(item) for item in _objects(data)), _cursor(data), _time(data, "db_time"))
+
+
+@dataclass(frozen=True, slots=True)
+class SkipHour:
+    """Skipped acquire attempts in the hour starting at ``hour`` (database clock)."""
+
+    hour: datetime
+    skipped: int
+
+
+@dataclass(frozen=True, slots=True)
+class Skips:
+    """A lock's skipped attempts per hour over the last ``hours`` hours, newest first (hours without any omitted)."""
+
+    name: str
+    hours: int
+    items: tuple[SkipHour, ...]
+    total: int
+    db_time: datetime
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Skips:
+        items = tuple(SkipHour(_time(item, "hour"), _int(item, "skipped")) for item in _objects(data))
+        return cls(_str(data, "name"), _int(data, "hours"), items, _int(data, "total"), _time(data, "db_time"))
+
+
+@dataclass(frozen=True, slots=True)
+class ForceReleased:
+    """A force-release: ``forced`` is False when the lock was not held (nothing changed); ``run`` is the run of the
+    lock's row, if it has one."""
+
+    name: str
+    forced: bool
+    lock_until: datetime
+    db_time: datetime
+    run: Run | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ForceReleased:
+        run = data.get("run")
+        if run is not None and not isinstance(run, dict):
+            raise ValueError("run: expected an object or null")
+        return cls(
+            name=_str(data, "name"),
+            forced=_bool(data, "forced"),
+            lock_until=_time(data, "lock_until"),
+            db_time=_time(data, "db_time"),
+            run=None if run is None else Run.from_json(run),
+        )
+
+
+def _objects(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    items = data.get("items")
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ValueError("items: expected a list of objects")
+    return items
+
+
+def _cursor(data: Mapping[str, Any]) -> str | None:
+    cursor = data.get("next_cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise ValueError("next_cursor: expected a string or null")
+    return cursor
+
+
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    return None if data.get(key) is None else _str(data, key)
 
 
 def _get(data: Mapping[str, Any], key: str, kind: type) -> Any:

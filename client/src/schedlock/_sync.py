@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
@@ -20,9 +20,13 @@ from schedlock._base import (
     acquire_call,
     decode,
     extend_call,
+    force_release_call,
     get_call,
+    history_call,
     list_call,
     release_call,
+    runs_call,
+    skips_call,
     unreachable,
     windows,
 )
@@ -30,7 +34,7 @@ from schedlock._durations import DurationLike
 from schedlock._exceptions import LockHeld, LockLost, NotHolder, NotLocked, SchedlockError, ServiceUnavailable
 from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
-from schedlock._models import Acquired, Extended, LockInfo, LockPage, Released
+from schedlock._models import Acquired, Extended, ForceReleased, LockInfo, LockPage, Released, RunPage, Skips
 from schedlock._policy import OnUnavailable, default_holder, log_skip, run_without_lock
 from schedlock._threads import SyncKeeper, check_job
 
@@ -162,6 +166,33 @@ class LockClient:
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    def history(self, name: str, *, limit: int = 100, cursor: str | None = None) -> RunPage:
+        """One page of the runs of ``name``, newest first: who held it, how long, how it ended (docs/history.md)."""
+        return self._send(history_call(name, limit, cursor))
+
+    def runs(
+        self,
+        *,
+        prefix: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        ended: bool | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """One page of runs of every lock the token may read, newest first: names starting with ``prefix``,
+        acquired in [``since``, ``until``) (aware datetimes), only ended (True) or only running (False) runs."""
+        return self._send(runs_call(prefix, since, until, ended, limit, cursor))
+
+    def skips(self, name: str, *, hours: int = 24) -> Skips:
+        """Skipped acquire attempts of ``name`` per hour over the last ``hours`` hours."""
+        return self._send(skips_call(name, hours))
+
+    def force_release(self, name: str, reason: str) -> ForceReleased:
+        """Free ``name`` now, whoever holds it (needs an admin token): its holder's release and extend fail, and
+        its keep-alive reports the loss. :class:`LockNotFound` for an unknown name, :class:`Forbidden` without."""
+        return self._send(force_release_call(name, reason))
 
     def scheduler_lock(
         self,
