@@ -18,11 +18,12 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/schedlock
 
-# Dependencies first, from pyproject.toml alone, so editing the code does not reinstall them. pgserver (the
-# embedded Postgres for trying schedlock on a laptop) stays out: in a container the database is external.
-COPY pyproject.toml ./
+# Dependencies first, from pyproject.toml and the lock alone, so editing the code does not reinstall them: the
+# versions the suite tested (requirements.lock). pgserver (the embedded Postgres for trying schedlock on a laptop)
+# stays out: in a container the database is external.
+COPY pyproject.toml requirements.lock ./
 RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.startswith('pgserver')))" > requirements.txt \
- && /opt/schedlock/bin/pip install --no-cache-dir --requirement requirements.txt
+ && /opt/schedlock/bin/pip install --no-cache-dir --requirement requirements.txt --constraint requirements.lock
 
 # Then the service itself, as a regular (non-editable) install, precompiled so a read-only filesystem is fine.
 COPY README.md ./

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.etcd import LEASE_MODES
 from bench.report import render
 from bench.run import Config, run
 
@@ -35,9 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     d = Config()
     p = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmark schedlock over HTTP against the same lock statements sent straight to Postgres. "
-        "By default starts a server on its own schema of --database-url and drops that schema afterwards. "
-        "Prints a table and writes every figure as JSON. Asserts nothing about speed.",
+        description="Benchmark schedlock over HTTP against the same lock statements sent straight to Postgres, "
+        "and against etcd doing the same try-lock. By default starts a server on its own schema of --database-url "
+        "and an etcd of its own, and removes both afterwards. Prints a table and writes every figure as JSON. "
+        "Asserts nothing about speed.",
     )
     p.add_argument("--database-url", default=d.database_url, help="Postgres to use (default: %(default)s)")
     p.add_argument("--url", help="benchmark this running server instead of starting one (needs --table)")
@@ -65,6 +67,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list-seconds", type=int, default=d.list_seconds)
     p.add_argument("--skip-direct", action="store_true", help="HTTP only (no baseline, no ratio)")
     p.add_argument(
+        "--peers",
+        choices=("etcd", "none"),
+        default="etcd" if d.peers else "none",
+        help="other lock services to run side by side (default: %(default)s; etcd when its binary is installed)",
+    )
+    p.add_argument(
+        "--etcd-lease",
+        choices=LEASE_MODES,
+        default=d.etcd_lease,
+        help="exact: a lease per acquisition, as lock_at_most_for, released by txn then revoked (default); revoke: "
+        "the same, released by revoking the lease; reuse: a client's lease for up to 1 s (see bench/etcd.py)",
+    )
+    p.add_argument("--etcd-dir", help="where etcd's data directory goes (default: the system's temp directory)")
+    p.add_argument(
         "--no-auth",
         dest="auth",
         action="store_false",
@@ -84,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = {k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__}
     settings["server_env"] = dict(item.split("=", 1) for item in args.server_env)
+    settings["peers"] = [] if args.peers == "none" else [args.peers]
     config = Config(**settings)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     output: Path = args.output or RESULTS / f"{stamp}.json"

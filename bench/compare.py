@@ -8,19 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.summary import dig
+
 Getter = Callable[[dict[str, Any]], Any]
 
 
 def _get(*path: str) -> Getter:
-    def get(data: dict[str, Any]) -> Any:
-        node: Any = data
-        for key in path:
-            if not isinstance(node, dict) or key not in node:
-                return None
-            node = node[key]
-        return node
-
-    return get
+    return lambda data: dig(data, *path)
 
 
 ROWS: list[tuple[str, Getter]] = [
@@ -35,8 +29,14 @@ ROWS: list[tuple[str, Getter]] = [
         "uncontended: server CPU us/request",
         _get("throughput", "uncontended", "http", "server_cpu_us_per_request", "median"),
     ),
+    ("uncontended: etcd cycles/s", _get("throughput", "uncontended", "etcd", "cycles_per_s", "median")),
+    ("uncontended: ratio schedlock/etcd", _get("throughput", "uncontended", "ratio_etcd", "of_medians")),
+    ("uncontended: server+db CPU us/cycle", _get("throughput", "uncontended", "http", "cpu_us_per_cycle", "median")),
+    ("uncontended: etcd CPU us/cycle", _get("throughput", "uncontended", "etcd", "cpu_us_per_cycle", "median")),
     ("contended: HTTP cycles/s", _get("throughput", "contended", "http", "cycles_per_s", "median")),
     ("contended: ratio HTTP/direct", _get("throughput", "contended", "ratio", "of_medians")),
+    ("contended: etcd cycles/s", _get("throughput", "contended", "etcd", "cycles_per_s", "median")),
+    ("contended: ratio schedlock/etcd", _get("throughput", "contended", "ratio_etcd", "of_medians")),
     ("latency run: achieved cycles/s", _get("latency", "http", "cycles_per_s")),
     ("latency run: acquire p50 ms", _get("latency", "http", "acquire", "p50_ms")),
     ("latency run: acquire p99 ms", _get("latency", "http", "acquire", "p99_ms")),

@@ -19,6 +19,7 @@ import uvloop
 from app.errors import LockHeld, SchedlockError
 from app.locking.leases import new_locked_by
 from app.locking.store import LockStore
+from bench.dbcpu import cpu_of
 from bench.loadgen import Load
 from bench.stats import Phase
 
@@ -66,9 +67,14 @@ async def _run(database_url: str, table: str, load: Load) -> Phase:
     try:
         phase = Phase(seconds=0.0, counts={"acq_ok": 0, "rel_ok": 0})
         stores = [LockStore(_OneConnection(c), name, schema or None, 5.0) for c in conns]
+        backends = [c.get_server_pid() for c in conns]
+        before = cpu_of(backends)
         start = time.perf_counter()
         await asyncio.gather(*(_client(i, store, load, start, phase) for i, store in enumerate(stores)))
         phase.seconds = time.perf_counter() - start
+        after = cpu_of(backends)
+        if after:  # Postgres runs on this machine: its backends' CPU is the baseline's whole server-side cost
+            phase.db_cpu_s = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
         return phase
     finally:
         await asyncio.gather(*(c.close() for c in conns))

@@ -48,8 +48,10 @@ def wrk_version() -> str:
     return (out.stdout or out.stderr).splitlines()[0].split(" Copyright")[0].strip()
 
 
-def run_wrk(base_url: str, load: Load) -> Phase:
-    """Run wrk once and return its samples; the CPU wrk used is measured from its rusage."""
+def run_wrk(base_url: str, load: Load, protocol_env: dict[str, str] | None = None) -> Phase:
+    """Run wrk once and return its samples; the CPU wrk used is measured from its rusage.
+
+    ``protocol_env`` switches the script to another protocol than schedlock's API (see ``bench.etcd.wrk_env``)."""
     if load.mode == "own" and load.names < load.clients:
         raise ValueError(f"mode 'own' needs at least as many names ({load.names}) as clients ({load.clients})")
     with tempfile.TemporaryDirectory(prefix="schedlock-bench-") as tmp:
@@ -67,6 +69,7 @@ def run_wrk(base_url: str, load: Load) -> Phase:
         }
         if load.token:
             env["BENCH_TOKEN"] = load.token
+        env.update(protocol_env or {})
         command = [wrk_path(), "-t", str(load.clients), "-c", str(load.clients), "-d", f"{load.seconds}s"]
         command += ["--timeout", "10s", "-s", str(SCRIPT), base_url]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -92,6 +95,7 @@ def parse_samples(text: str) -> Phase:
         tag, *fields = line.split()
         if tag == "summary":
             phase.seconds = int(fields[0]) / 1e6
+            phase.http_requests = int(fields[1])
             socket = dict(zip(_SOCKET_KEYS, (int(f) for f in fields[2:]), strict=True))
             # wrk counts every status >= 400 as an error, 409 lock_held included; our own counts say which.
             socket.pop("wrk_status_ge_400")

@@ -21,8 +21,36 @@ def _rate(figure: dict[str, Any]) -> str:
     return f"{figure['median']:,.0f} [{figure['min']:,.0f}-{figure['max']:,.0f}]"
 
 
+SIDES = (("http", "schedlock over HTTP"), ("direct", "direct asyncpg"), ("etcd", "etcd (JSON gateway)"))
+
+
+def _cpu_per_cycle(v: dict[str, Any]) -> list[str]:
+    """Each side's server-side CPU per cycle: schedlock's server + its Postgres backends, Postgres alone for the
+    baseline, the etcd process for etcd. The load generator's own CPU is left out on every side."""
+    parts = []
+    for side, label in (("http", "schedlock (server + Postgres)"), ("direct", "direct (Postgres)"), ("etcd", "etcd")):
+        total, db = (v.get(side) or {}).get("cpu_us_per_cycle"), (v.get(side) or {}).get("db_cpu_us_per_cycle")
+        if total and side == "http" and not db:  # Postgres's backends were not visible from here
+            parts.append(f"schedlock (server only) {total['median']:,.0f}")
+        elif total:
+            extra = f", Postgres {db['median']:,.0f}" if db and side == "http" else ""
+            parts.append(f"{label} {total['median']:,.0f}{extra}")
+    return [f"  {'CPU per cycle, us':<26}" + "; ".join(parts)] if parts else []
+
+
+def _peer_line(etcd: dict[str, Any]) -> str:
+    if etcd["lease"] == "exact":
+        how = "a lease per acquisition: acquire = grant + txn, release = txn + revoke (+ revoke when held)"
+    elif etcd["lease"] == "revoke":
+        how = "a lease per acquisition: acquire = grant + txn, release = revoke (+ revoke when held)"
+    else:
+        how = "a client's lease reused for 1 s: acquire = txn (+ grant each second), release = txn"
+    return f"peer: {etcd['version']}, {how}; {etcd['settings']}"
+
+
 def render(results: dict[str, Any]) -> str:
     c = results["config"]
+    etcd = results.get("peers", {}).get("etcd")
     lines = [
         "",
         f"schedlock benchmark — {results['machine']['description']}",
@@ -31,6 +59,7 @@ def render(results: dict[str, Any]) -> str:
         f"load average {results['machine']['loadavg_start'][0]:.1f} at start, "
         f"{results['machine']['loadavg_end'][0]:.1f} at end",
         f"server auth: {results.get('server', {}).get('auth', 'unknown')}",
+        _peer_line(etcd) if etcd else "peer: none",
         "",
         f"THROUGHPUT: {c['clients']} keep-alive clients, closed loop, {c['seconds']} s x {c['repeat']} runs "
         "(median [min-max])",
@@ -39,8 +68,8 @@ def render(results: dict[str, Any]) -> str:
     ]
     for label, v in results["throughput"].items():
         lines.append(f"{label} ({v['names']} names)")
-        for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):
-            s = v[side]
+        for side, title in SIDES:
+            s = v.get(side, {})
             if not s.get("runs"):
                 continue
             held = s["held_fraction"]["median"]
@@ -54,9 +83,11 @@ def render(results: dict[str, Any]) -> str:
                 f"  {'server CPU per request':<26}{cpu['median']:,.0f} us; the server process kept "
                 f"{busy['median']:.2f} of a core busy"
             )
-        if "ratio" in v:
-            r = v["ratio"]
-            lines.append(f"  {'ratio HTTP / direct':<26}{r['of_medians']:.2f} (per-run {r['min']:.2f}-{r['max']:.2f})")
+        lines += _cpu_per_cycle(v)
+        for key, title in (("ratio", "ratio HTTP / direct"), ("ratio_etcd", "ratio schedlock / etcd")):
+            if key in v:
+                r = v[key]
+                lines.append(f"  {title:<26}{r['of_medians']:.2f} (per-run {r['min']:.2f}-{r['max']:.2f})")
     lat = results["latency"]
     lines += ["", f"LATENCY at {lat['rate_target']:g} cycles/s ({lat['clients']} clients, paced)"]
     for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):

@@ -16,17 +16,18 @@ from typing import Any
 
 from app.db.schema import qualified_name
 from bench import about, target
+from bench import etcd as etcd_peer
+from bench.dbcpu import BackendsCpu
 from bench.direct import run_direct
 from bench.loadgen import Load, run_wrk, wrk_version
-from bench.stats import Phase, spread
+from bench.stats import Phase
+from bench.summary import SIDES, compare, max_rss
+from bench.targets import evaluate
 
-#: Issue 6's targets (2 cores shared by load generator, server and Postgres). Reported, never asserted.
-TARGETS = {
-    "throughput_ratio": ("uncontended HTTP cycles/s ÷ direct asyncpg cycles/s, 32 clients", ">=", 0.40),
-    "latency_acquire_p99_ms": ("acquire p99 at 500 cycles/s", "<=", 5.0),
-    "list_first_page_p99_ms": ("list, first page p99 over 100,000 rows", "<=", 20.0),
-    "server_rss_mb": ("server RSS under load", "<=", 120.0),
-}
+
+def default_peers() -> list[str]:
+    """etcd when its binary is installed (Debian's ``etcd-server``), else none."""
+    return ["etcd"] if etcd_peer.etcd_path() else []
 
 
 @dataclass
@@ -52,6 +53,9 @@ class Config:
     list_clients: int = 2
     list_seconds: int = 5
     skip_direct: bool = False
+    peers: list[str] = field(default_factory=default_peers)  # "etcd", or none
+    etcd_lease: str = "exact"  # bench.etcd.LEASE_MODES
+    etcd_dir: str | None = None  # parent of etcd's data directory (default: the system's temp directory)
     profile: bool = False
     auth: bool = True  # the started server requires an API token (as any non-loopback deployment does)
 
@@ -74,10 +78,10 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
         },
     }
     say(f"schedlock benchmark {run_id}: {results['machine']['description']}")
-    with _target(config, run_id, output) as (server, table, token):
+    with _target(config, run_id, output) as (server, table, token), _etcd(config, output) as etcd:
         schema, _, name = table.rpartition(".")
         sql_table = qualified_name(name, schema or None)
-        bench = _Bench(config, server, table, sql_table, prefix, say, token)
+        bench = _Bench(config, server, table, sql_table, prefix, say, token, etcd)
         if server.pid is not None:
             results["server_rss_mb_idle"] = round(target.process_rss_mb(server.pid), 1)
         if server.process is not None and config.list_rows:
@@ -90,14 +94,18 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
             "table": table,
             "auth": "API token (bearer) on every request" if token else "none",
         }
+        if etcd is not None:
+            results["peers"] = {"etcd": _etcd_about(config, etcd)}
         results["throughput"] = bench.throughput()
+        if etcd is not None:
+            results["peers"]["etcd"]["rss_mb_max"] = bench.etcd_rss_mb
         results["latency"] = bench.latency()
         results["list"] = bench.listing()
         if config.profile:
             results["profile"] = bench.profile(output.with_suffix(".profile.svg"))
         results["table_rows"] = target.table_rows(config.database_url, sql_table)
-    results["server_rss_mb_max"] = _max_rss(results)
-    results["targets"] = evaluate(results, config)
+    results["server_rss_mb_max"] = max_rss(results)
+    results["targets"] = evaluate(results, config.clients, config.rate, config.etcd_lease)
     results["finished_at"] = about.now()
     results["machine"]["loadavg_end"] = list(os.getloadavg())
     return results
@@ -113,8 +121,11 @@ class _Bench:
         prefix: str,
         say: Callable[[str], None],
         token: str | None = None,
+        etcd: etcd_peer.Etcd | None = None,
     ) -> None:
         self.c = config
+        self.etcd = etcd
+        self.etcd_rss_mb: float | None = None
         self.token = token
         self.server = server
         self.table = table
@@ -123,10 +134,21 @@ class _Bench:
         self.say = say
 
     def _http(self, load: Load) -> Phase:
-        with target.ProcessWatch(self.server.pid) as watch:
+        with target.ProcessWatch(self.server.pid) as watch, BackendsCpu(self.c.database_url, self.server.pid) as db:
             phase = run_wrk(self.server.url, replace(load, token=self.token))
-        phase.server_cpu_s, phase.server_rss_mb = watch.cpu_s, watch.rss_mb
+        phase.server_cpu_s, phase.server_rss_mb, phase.db_cpu_s = watch.cpu_s, watch.rss_mb, db.cpu_s
         target.expire_bench_leases(self.c.database_url, self.sql_table, self.prefix)
+        return phase
+
+    def _etcd(self, load: Load) -> Phase:
+        """The same load on etcd; its process's CPU is the "server" CPU of the phase (there is no database)."""
+        assert self.etcd is not None
+        at_most_s = int(load.at_most.removesuffix("s"))  # Load.at_most is written "<n>s"
+        with target.ProcessWatch(self.etcd.pid) as watch:
+            phase = run_wrk(self.etcd.url, load, etcd_peer.wrk_env(self.c.etcd_lease, at_most_s))
+        phase.server_cpu_s = watch.cpu_s
+        self.etcd_rss_mb = max(self.etcd_rss_mb or 0.0, watch.rss_mb or 0.0)
+        self.etcd.reset()
         return phase
 
     def _direct(self, load: Load) -> Phase:
@@ -140,26 +162,20 @@ class _Bench:
             "uncontended": Load("own", c.clients, c.seconds, c.names, self.prefix),
             "contended": Load("random", c.clients, c.seconds, c.contended_names, self.prefix),
         }
+        run_side = {"http": self._http, "direct": self._direct, "etcd": self._etcd}
+        sides = [s for s in SIDES if not (s == "direct" and c.skip_direct) and not (s == "etcd" and not self.etcd)]
         self.say(f"warm-up: {c.warmup_seconds} s each")
-        warm = Load("own", c.clients, c.warmup_seconds, c.names, self.prefix)
-        self._http(warm)
-        if not c.skip_direct:
-            self._direct(warm)
+        for side in sides:
+            run_side[side](Load("own", c.clients, c.warmup_seconds, c.names, self.prefix))
         out: dict[str, Any] = {}
         for label, load in variants.items():
-            http: list[Phase] = []
-            direct: list[Phase] = []
+            phases: dict[str, list[Phase]] = {side: [] for side in sides}
             for i in range(c.repeat):
-                # Alternate which goes first, so a drift in the machine's load does not favour one side.
-                order = ("http", "direct") if i % 2 == 0 else ("direct", "http")
-                for side in order:
-                    if side == "direct" and c.skip_direct:
-                        continue
+                # Rotate which side goes first, so a drift in the machine's load does not favour one side.
+                for side in sides[i % len(sides) :] + sides[: i % len(sides)]:
                     self.say(f"{label} {side} run {i + 1}/{c.repeat}: {load.clients} clients, {load.names} names")
-                    (http if side == "http" else direct).append(
-                        self._http(load) if side == "http" else self._direct(load)
-                    )
-            out[label] = _compare(load, http, direct)
+                    phases[side].append(run_side[side](load))
+            out[label] = compare(load, phases)
         return out
 
     def latency(self) -> dict[str, Any]:
@@ -212,90 +228,6 @@ def _py_spy() -> str:
     return found
 
 
-def _compare(load: Load, http: list[Phase], direct: list[Phase]) -> dict[str, Any]:
-    hs = [p.summary() for p in http]
-    ds = [p.summary() for p in direct]
-    out: dict[str, Any] = {
-        "clients": load.clients,
-        "names": load.names,
-        "mode": load.mode,
-        "http": {"runs": hs, **_aggregate(hs)},
-        "direct": {"runs": ds, **_aggregate(ds)},
-    }
-    if hs and ds:
-        # Ratio of medians, and the spread of the per-run ratios (run i of each side ran back to back).
-        ratios = [h["cycles_per_s"] / d["cycles_per_s"] for h, d in zip(hs, ds, strict=True) if d["cycles_per_s"]]
-        out["ratio"] = spread(ratios)
-        med_h, med_d = out["http"]["cycles_per_s"]["median"], out["direct"]["cycles_per_s"]["median"]
-        out["ratio"]["of_medians"] = round(med_h / med_d, 3) if med_d else None
-    return out
-
-
-def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median (and min/max) over repeated runs of each headline figure."""
-    if not runs:
-        return {}
-    out: dict[str, Any] = {
-        key: spread([r[key] for r in runs]) for key in ("cycles_per_s", "requests_per_s", "loadgen_cpu_s")
-    }
-    for op in ("acquire", "release"):
-        out[op] = {p: spread([r[op][p] for r in runs if r[op][p] is not None]) for p in ("p50_ms", "p90_ms", "p99_ms")}
-    out["errors"] = sum(r["errors"] for r in runs)
-    out["held_fraction"] = spread([r["held_fraction"] for r in runs if r["held_fraction"] is not None])
-    cpu = [r["server_cpu_us_per_request"] for r in runs if r["server_cpu_us_per_request"] is not None]
-    out["server_cpu_us_per_request"] = spread(cpu) if cpu else None
-    busy = [r["server_cpu_s"] / r["seconds"] for r in runs if r["server_cpu_s"] is not None and r["seconds"]]
-    out["server_cores_busy"] = spread(busy) if busy else None
-    return out
-
-
-def _max_rss(results: dict[str, Any]) -> float | None:
-    seen: list[float] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k == "server_rss_mb" and isinstance(v, int | float):
-                    seen.append(float(v))
-                else:
-                    walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk({k: results.get(k) for k in ("throughput", "latency", "list")})
-    return max(seen) if seen else None
-
-
-def evaluate(results: dict[str, Any], config: Config) -> dict[str, Any]:
-    """Each target with the measured value and whether it is met (informational: nothing fails on it)."""
-    th = results["throughput"].get("uncontended", {})
-    values = {
-        "throughput_ratio": th.get("ratio", {}).get("of_medians"),
-        "latency_acquire_p99_ms": results["latency"]["http"]["acquire"]["p99_ms"],
-        "list_first_page_p99_ms": results["list"]["first_page"]["get"]["p99_ms"],
-        "server_rss_mb": results.get("server_rss_mb_max"),
-    }
-    comparable = {
-        "throughput_ratio": config.clients == 32,
-        "latency_acquire_p99_ms": config.rate == 500,
-        "list_first_page_p99_ms": results.get("table_rows", 0) >= 100_000,
-        "server_rss_mb": True,
-    }
-    out = {}
-    for key, (what, op, limit) in TARGETS.items():
-        value = values[key]
-        met = None if value is None else (value >= limit if op == ">=" else value <= limit)
-        out[key] = {
-            "what": what,
-            "target": f"{op} {limit:g}",
-            "value": value,
-            "met": met,
-            "comparable": comparable[key],
-        }
-    return out
-
-
 @contextlib.contextmanager
 def _target(config: Config, run_id: str, output: Path) -> Iterator[tuple[target.Server, str, str | None]]:
     """The server, its table, and the API token to send (None: none)."""
@@ -320,3 +252,30 @@ def _target(config: Config, run_id: str, output: Path) -> Iterator[tuple[target.
         finally:
             target.stop_server(server)
             target.drop_schema(config.database_url, schema)
+
+
+@contextlib.contextmanager
+def _etcd(config: Config, output: Path) -> Iterator[etcd_peer.Etcd | None]:
+    """etcd, when it is one of the peers: started on its own ports and data directory, removed at the end."""
+    unknown = set(config.peers) - {"etcd"}
+    if unknown:
+        raise SystemExit(f"unknown peer(s): {', '.join(sorted(unknown))} (known: etcd)")
+    if "etcd" not in config.peers:
+        yield None
+        return
+    with output.with_suffix(".etcd.log").open("wb") as log:
+        etcd = etcd_peer.start(log, Path(config.etcd_dir) if config.etcd_dir else None)
+        try:
+            yield etcd
+        finally:
+            etcd_peer.stop(etcd)
+
+
+def _etcd_about(config: Config, etcd: etcd_peer.Etcd) -> dict[str, Any]:
+    return {
+        "version": etcd_peer.version(),
+        "url": etcd.url,
+        "data_dir": str(etcd.data_dir),
+        "lease": config.etcd_lease,
+        "settings": "as shipped (fsync on every commit, snapshot every 100,000 entries, no auto-compaction)",
+    }

@@ -43,6 +43,10 @@ class Phase:
     server_cpu_s: float | None = None
     #: Largest server RSS seen during the phase, in MB, when the server's pid is known.
     server_rss_mb: float | None = None
+    #: CPU seconds the Postgres backends serving the phase used, when they could be found.
+    db_cpu_s: float | None = None
+    #: HTTP requests sent (wrk's count); an etcd cycle takes more requests than a schedlock one.
+    http_requests: int | None = None
 
     def count(self, key: str) -> int:
         return self.counts.get(key, 0)
@@ -51,6 +55,9 @@ class Phase:
         s = self.seconds
         cycles = self.count("rel_ok")
         requests = len(self.acquire_us) + len(self.release_us) + len(self.get_us)
+        if self.http_requests is not None:
+            requests = self.http_requests
+        cpu = [c for c in (self.server_cpu_s, self.db_cpu_s) if c is not None]
         out: dict[str, Any] = {
             "seconds": round(s, 3),
             "cycles": cycles,
@@ -67,6 +74,12 @@ class Phase:
             if self.server_cpu_s is not None and requests
             else None,
             "server_rss_mb": round(self.server_rss_mb, 1) if self.server_rss_mb is not None else None,
+            "db_cpu_s": round(self.db_cpu_s, 2) if self.db_cpu_s is not None else None,
+            # Server (or etcd) plus database CPU per completed cycle: what a lock cycle costs the machine.
+            "cpu_us_per_cycle": round(sum(cpu) / cycles * 1e6) if cpu and cycles else None,
+            "db_cpu_us_per_cycle": round(self.db_cpu_s / cycles * 1e6)
+            if self.db_cpu_s is not None and cycles
+            else None,
         }
         if self.get_us:
             out["get"] = latency_summary(self.get_us)

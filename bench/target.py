@@ -50,7 +50,8 @@ def bench_token(prefixes: list[str]) -> tuple[str, str]:
     return secret, json.dumps({"tokens": [entry]})
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on the loopback interface that was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -58,7 +59,7 @@ def _free_port() -> int:
 
 def start_server(database_url: str, table: str, extra_env: dict[str, str], log: IO[bytes]) -> Server:
     """``python -m app serve --migrate`` on a free port; returns once /readyz answers 200."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
     server_env = {"SCHEDLOCK_DATABASE_URL": database_url, "SCHEDLOCK_TABLE": table, **extra_env}
     process = subprocess.Popen(
@@ -85,14 +86,20 @@ def start_server(database_url: str, table: str, extra_env: dict[str, str], log: 
 
 
 def stop_server(server: Server) -> None:
-    if server.process is None or server.process.poll() is not None:
+    if server.process is not None:
+        terminate(server.process)
+
+
+def terminate(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL if the process has not exited 30 s later."""
+    if process.poll() is not None:
         return
-    server.process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGTERM)
     try:
-        server.process.wait(timeout=30)
+        process.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait()
+        process.kill()
+        process.wait()
 
 
 class ProcessWatch:

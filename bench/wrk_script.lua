@@ -14,6 +14,8 @@
 --   BENCH_AT_MOST  lock_at_most_for of each acquire
 --   BENCH_TOKEN    API token for the Authorization header (unset: none sent)
 --   BENCH_OUT      file the main state writes the samples to when the run ends
+--   BENCH_PROTOCOL schedlock (default: its HTTP API) or etcd (the same try-lock through etcd's JSON gateway; the
+--                  BENCH_ETCD_* variables, set by bench/etcd.py, hold the request templates and the lease policy)
 
 local ffi = require("ffi")
 ffi.cdef [[
@@ -26,6 +28,27 @@ local timespec = ffi.new("bench_timespec")
 local function now_us()
   ffi.C.clock_gettime(CLOCK_MONOTONIC, timespec)
   return tonumber(timespec.tv_sec) * 1000000 + tonumber(timespec.tv_nsec) / 1000
+end
+
+local bit = require("bit")
+local B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+-- etcd's JSON gateway takes keys and values in base64.
+local function base64(s)
+  local out = {}
+  for i = 1, #s, 3 do
+    local a, b, c = s:byte(i, i + 2)
+    local n = bit.bor(bit.lshift(a, 16), bit.lshift(b or 0, 8), c or 0)
+    for k = 0, 3 do
+      if k <= #s - i + 1 then
+        local v = bit.band(bit.rshift(n, 18 - 6 * k), 63)
+        out[#out + 1] = B64:sub(v + 1, v + 1)
+      else
+        out[#out + 1] = "="
+      end
+    end
+  end
+  return table.concat(out)
 end
 
 local mode = os.getenv("BENCH_MODE") or "own"
@@ -43,6 +66,23 @@ if token ~= nil and token ~= "" then
   get_headers["Authorization"] = "Bearer " .. token
 end
 
+-- etcd: the request templates (bench/etcd.py, the one place they are written) and the lease policy.
+local etcd = nil
+if os.getenv("BENCH_PROTOCOL") == "etcd" then
+  etcd = {
+    -- exact: a lease per attempt, revoked once the attempt is decided or the key released; revoke: the same, but
+    -- the release is the revoke (the key goes with its lease); reuse: one lease per client, renewed each second
+    exact = os.getenv("BENCH_ETCD_LEASE") ~= "reuse",
+    release_by_revoke = os.getenv("BENCH_ETCD_LEASE") == "revoke",
+    reuse_us = tonumber(os.getenv("BENCH_ETCD_REUSE_US")),
+    ttl = os.getenv("BENCH_ETCD_TTL"),
+  }
+  for _, op in ipairs({ "grant", "acquire", "release", "revoke" }) do
+    local path, body = string.match(assert(os.getenv("BENCH_ETCD_" .. string.upper(op))), "^(%S+) (.*)$")
+    etcd[op] = { path = path, body = body } -- each variable: "PATH BODY-TEMPLATE"
+  end
+end
+
 -- Main state: number the threads, collect their samples at the end.
 local threads = {}
 
@@ -55,11 +95,16 @@ end
 acq_us, rel_us, get_us = {}, {}, {}
 counts = { acq_ok = 0, acq_held = 0, acq_other = 0, rel_ok = 0, rel_other = 0, get_ok = 0, get_other = 0 }
 
-local index = nil -- index of the name to acquire next
-local lease_name, lease_token = nil, nil
+local index = nil -- index of the name to acquire next (and, while held, of the name held)
+local step = "acquire" -- the next request: acquire, release; with etcd also grant (before acquire) and revoke
+local held = nil -- schedlock: the lease token; etcd: the token put as the key's value (base64)
+local op_at = nil -- when the lock operation under way (acquire or release) sent its first request
 local sending, sent_at = nil, 0
 local next_at = nil -- when the next cycle (or GET) is due, in paced mode
 local interval_us = rate > 0 and 1000000 / rate or 0
+local lease_id, lease_at = nil, 0 -- etcd: the lease the next put uses (exact: also the one left to revoke)
+local attempt, attempt_token = 0, nil -- etcd: the client makes its tokens; this attempt's, in base64
+local keys = {} -- etcd: base64 of each name, made once
 
 local function pick()
   if mode == "random" then
@@ -68,6 +113,13 @@ local function pick()
     index = id
   else
     index = (index + nthreads) % names
+  end
+  attempt = attempt + 1
+  if etcd ~= nil then
+    -- Unique per client and attempt; the clock rather than math.random, so that the names drawn in mode "random"
+    -- are the same sequence as schedlock's.
+    local salt = math.floor(now_us()) % 0x80000000
+    attempt_token = base64(string.format("bench-%d-%d-%08x", id, attempt, salt))
   end
 end
 
@@ -80,6 +132,27 @@ local function name_of(i)
   return string.format("%s%06d", prefix, i)
 end
 
+local function key_of(i)
+  local key = keys[i]
+  if key == nil then
+    key = base64(name_of(i))
+    keys[i] = key
+  end
+  return key
+end
+
+local function etcd_request()
+  local key = key_of(index)
+  if step == "acquire" and (lease_id == nil or (not etcd.exact and sent_at - lease_at > etcd.reuse_us)) then
+    return "grant", etcd.grant.path, string.format(etcd.grant.body, etcd.ttl)
+  elseif step == "acquire" then
+    return step, etcd.acquire.path, string.format(etcd.acquire.body, key, key, attempt_token, lease_id)
+  elseif step == "release" then
+    return step, etcd.release.path, string.format(etcd.release.body, key, held, key)
+  end
+  return step, etcd.revoke.path, string.format(etcd.revoke.body, lease_id)
+end
+
 -- request() only reads state (wrk calls it once more than it sends, to check the script); response() moves it.
 function request()
   sent_at = now_us()
@@ -87,52 +160,97 @@ function request()
     sending = "get"
     return wrk.format("GET", get_path, get_headers)
   end
-  if lease_token ~= nil then
-    sending = "release"
-    return wrk.format("POST", "/v1/locks/" .. lease_name .. "/release", json_headers,
-      '{"token":"' .. lease_token .. '"}')
+  if etcd ~= nil then
+    local path, body
+    sending, path, body = etcd_request()
+    return wrk.format("POST", path, json_headers, body)
   end
-  sending = "acquire"
+  sending = step
+  if step == "release" then
+    return wrk.format("POST", "/v1/locks/" .. name_of(index) .. "/release", json_headers,
+      '{"token":"' .. held .. '"}')
+  end
   return wrk.format("POST", "/v1/locks/" .. name_of(index) .. "/acquire", json_headers, acquire_body)
 end
 
 local function cycle_done()
+  pick()
+  step = "acquire"
   if next_at ~= nil then
     next_at = next_at + interval_us
   end
 end
 
-function response(status, headers, body)
-  local elapsed = now_us() - sent_at
-  if sending == "get" then
-    get_us[#get_us + 1] = elapsed
-    if status == 200 then counts.get_ok = counts.get_ok + 1 else counts.get_other = counts.get_other + 1 end
-    cycle_done()
+-- An operation ends: its latency runs from its first request's send to its last response.
+local function acquired(outcome)
+  acq_us[#acq_us + 1] = now_us() - op_at
+  op_at = nil
+  counts["acq_" .. outcome] = counts["acq_" .. outcome] + 1
+  if outcome == "ok" then step = "release" else cycle_done() end
+end
+
+local function released(ok)
+  rel_us[#rel_us + 1] = now_us() - op_at
+  op_at = nil
+  if ok then counts.rel_ok = counts.rel_ok + 1 else counts.rel_other = counts.rel_other + 1 end
+  held = nil
+  cycle_done()
+end
+
+-- An exact lease is revoked once its attempt is decided; the operation ends with the revoke's answer.
+local revoke_then = nil
+
+local function etcd_response(status, body)
+  local ok = status == 200 and string.find(body, '"succeeded":true', 1, true) ~= nil
+  if sending == "grant" then
+    lease_id = status == 200 and string.match(body, '"ID":"(%d+)"') or nil
+    lease_at = sent_at
+    if lease_id == nil then acquired("other") end
   elseif sending == "acquire" then
-    acq_us[#acq_us + 1] = elapsed
-    local token = status == 200 and string.match(body, '"token":"([^"]+)"') or nil
-    if token ~= nil then
-      counts.acq_ok = counts.acq_ok + 1
-      lease_name, lease_token = name_of(index), token
+    local outcome = status ~= 200 and "other" or (ok and "ok" or "held")
+    if ok then held = attempt_token end
+    if etcd.exact and not ok then
+      step, revoke_then = "revoke", function(revoked) acquired(revoked and outcome or "other") end
     else
-      if status == 409 then counts.acq_held = counts.acq_held + 1 else counts.acq_other = counts.acq_other + 1 end
-      pick()
-      cycle_done()
+      acquired(outcome)
+    end
+    if ok and etcd.release_by_revoke then
+      step, revoke_then = "revoke", released
     end
   elseif sending == "release" then
-    rel_us[#rel_us + 1] = elapsed
-    if status == 200 then counts.rel_ok = counts.rel_ok + 1 else counts.rel_other = counts.rel_other + 1 end
-    lease_name, lease_token = nil, nil
-    pick()
+    if etcd.exact then
+      step, revoke_then = "revoke", function(revoked) released(ok and revoked) end
+    else
+      released(ok)
+    end
+  elseif sending == "revoke" then
+    lease_id = nil
+    revoke_then(status == 200)
+  end
+end
+
+function response(status, headers, body)
+  if op_at == nil then op_at = sent_at end
+  if sending == "get" then
+    get_us[#get_us + 1] = now_us() - sent_at
+    op_at = nil
+    if status == 200 then counts.get_ok = counts.get_ok + 1 else counts.get_other = counts.get_other + 1 end
     cycle_done()
+  elseif etcd ~= nil then
+    etcd_response(status, body)
+  elseif sending == "acquire" then
+    held = status == 200 and string.match(body, '"token":"([^"]+)"') or nil
+    acquired(held ~= nil and "ok" or (status == 409 and "held" or "other"))
+  elseif sending == "release" then
+    released(status == 200)
   end
 end
 
 -- Paced mode only: wrk calls delay() before each request when the script defines it.
 if rate > 0 then
   function delay()
-    if lease_token ~= nil then
-      return 0 -- a release goes out at once; only the start of a cycle is paced
+    if step ~= "acquire" or op_at ~= nil then
+      return 0 -- only the start of a cycle is paced; the rest of it goes out at once
     end
     local now = now_us()
     if next_at == nil then

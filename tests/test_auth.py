@@ -394,6 +394,7 @@ def test_open_server_refuses_a_public_address(settings: Settings) -> None:
     assert bad.returncode == 2 and "invalid token configuration" in bad.stderr
 
 
+@pytest.mark.system  # servers bound on every interface
 def test_explicitly_allowed_open_server_and_token_server_on_all_interfaces(settings: Settings, tmp_path: Path) -> None:
     allowed = start_server(settings, {"SCHEDLOCK_HOST": "0.0.0.0", "SCHEDLOCK_ALLOW_UNAUTHENTICATED": "true"})
     output = stop_server(allowed)

@@ -5,17 +5,23 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
 from bench import compare
+from bench.__main__ import _parser
 from bench.about import redact_url
 from bench.loadgen import parse_samples
 from bench.stats import latency_summary, percentile
+from bench.targets import evaluate
+
+pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
 
 ROOT = Path(__file__).parent.parent
 
@@ -51,13 +57,22 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
 
     for variant in ("uncontended", "contended"):
         figures = data["throughput"][variant]
-        for side in ("http", "direct"):
+        for side in ("http", "direct", "etcd"):
             assert len(figures[side]["runs"]) == data["config"]["repeat"] == 1
             _run_figures(figures[side]["runs"][0], contended=variant == "contended")
             assert figures[side]["cycles_per_s"]["median"] > 0
-        assert figures["ratio"]["of_medians"] > 0
-    # Two clients fighting over two names: some acquires must have found the lock held.
-    assert data["throughput"]["contended"]["http"]["runs"][0]["counts"]["acq_held"] > 0
+            # Each side's server-side CPU per cycle: server + Postgres, Postgres, etcd.
+            assert figures[side]["cpu_us_per_cycle"]["median"] > 0
+        assert 0 < figures["http"]["db_cpu_us_per_cycle"]["median"] < figures["http"]["cpu_us_per_cycle"]["median"]
+        assert figures["direct"]["db_cpu_us_per_cycle"] == figures["direct"]["cpu_us_per_cycle"]
+        assert figures["etcd"]["db_cpu_us_per_cycle"] is None
+        assert figures["ratio"]["of_medians"] > 0 and figures["ratio_etcd"]["of_medians"] > 0
+    # Two clients fighting over two names: some acquires must have found the lock held, on both services.
+    for side in ("http", "etcd"):
+        assert data["throughput"]["contended"][side]["runs"][0]["counts"]["acq_held"] > 0
+    etcd = data["peers"]["etcd"]
+    assert etcd["version"].startswith("etcd 3.") and etcd["lease"] == "exact" and etcd["rss_mb_max"] > 1
+    assert not Path(etcd["data_dir"]).exists()  # stopped and removed
 
     for side in ("http", "direct"):
         _run_figures(data["latency"][side], contended=False)
@@ -69,6 +84,9 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
     assert 10 < data["server_rss_mb_idle"] <= data["server_rss_mb_max"]
     assert set(data["targets"]) == {
         "throughput_ratio",
+        "etcd_ratio_uncontended",
+        "etcd_ratio_contended",
+        "cpu_per_cycle_vs_etcd",
         "latency_acquire_p99_ms",
         "list_first_page_p99_ms",
         "server_rss_mb",
@@ -82,10 +100,21 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
     assert set(entry) == {"name", "sha256", "prefixes", "access"}  # the hash only: the secret is written nowhere
     assert "bearer" not in output.with_suffix(".server.log").read_text().lower()
 
-    for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS"):
+    for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS", "peer: etcd 3."):
         assert heading in result.stdout
+    for variant in ("uncontended", "contended"):
+        table = result.stdout.split(f"{variant} (")[1]
+        assert re.search(r"etcd \(JSON gateway\) +[\d,]+ ", table)
+        assert re.search(r"ratio schedlock / etcd +\d+\.\d\d \(per-run", table)
+        assert re.search(
+            r"CPU per cycle, us +schedlock \(server \+ Postgres\) [\d,]+, Postgres [\d,]+; "
+            r"direct \(Postgres\) [\d,]+; etcd [\d,]+",
+            table,
+        )
+    for target in ("schedlock ÷ etcd", "server + Postgres CPU per cycle ÷ etcd's"):
+        assert re.search(re.escape(target) + r".*(met|MISSED)", result.stdout)
     side_by_side = compare.render([output, output])
-    assert "uncontended: ratio HTTP/direct" in side_by_side
+    assert "uncontended: ratio HTTP/direct" in side_by_side and "contended: ratio schedlock/etcd" in side_by_side
     assert all(row.split()[-1] != "-" for row in side_by_side.splitlines()[1:]), side_by_side
 
     # The schema the run created is gone.
@@ -140,3 +169,14 @@ def test_wrk_samples_are_parsed_per_operation() -> None:
 def test_database_password_is_redacted() -> None:
     assert redact_url("postgresql://app:s3cret@db:5432/locks") == "postgresql://app:***@db:5432/locks"
     assert redact_url("postgresql://postgres@127.0.0.1:5432/test") == "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def test_without_a_peer_the_etcd_targets_are_not_applicable() -> None:
+    args = _parser().parse_args(["--peers", "none", "--etcd-lease", "reuse"])
+    assert (args.peers, args.etcd_lease) == ("none", "reuse")
+    latency = {"http": {"acquire": {"p99_ms": 3.0}}}
+    results = {"throughput": {}, "latency": latency, "list": {"first_page": {"get": {"p99_ms": 4.0}}}}
+    targets = evaluate({**results, "server_rss_mb_max": 90.0, "table_rows": 100_000}, 32, 500.0, "exact")
+    for key in ("etcd_ratio_uncontended", "etcd_ratio_contended", "cpu_per_cycle_vs_etcd"):
+        assert targets[key]["value"] is None and targets[key]["met"] is None
+    assert targets["server_rss_mb"]["met"] is True and targets["latency_acquire_p99_ms"]["met"] is True

@@ -10,7 +10,7 @@ from playwright.async_api import Request, Route, async_playwright
 from tests.support.browser import CHROMIUM, FLAGS
 from tests.support.servers import LiveServer
 
-pytestmark = pytest.mark.system
+pytestmark = pytest.mark.system  # a real browser (Debian's chromium)
 
 
 async def test_swagger_ui_renders_every_operation_offline(live_server: LiveServer) -> None:

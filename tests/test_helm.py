@@ -21,7 +21,7 @@ import yaml
 
 from tests.support.helm import CHART, FULLNAME, NAMESPACE, RELEASE, SCENARIOS, kinds, one, render, values
 
-pytestmark = pytest.mark.system
+pytestmark = pytest.mark.system  # the chart rendered and validated with helm-python-sdk and kubernetes-validate
 
 HOOK_PHASES = {"pre-install", "pre-upgrade"}
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the validator knows.

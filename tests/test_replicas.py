@@ -29,6 +29,8 @@ from tests.support.api import ts
 from tests.support.pgcluster import PgCluster
 from tests.support.servers import LiveServer, start_server, stop_server
 
+pytestmark = pytest.mark.system  # a throwaway cluster and several server processes, one under libfaketime
+
 
 def libfaketime() -> str:
     found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")

@@ -235,6 +235,7 @@ async def test_a_command_ignoring_sigterm_is_killed_after_the_grace_period(
     assert 1 <= time.monotonic() - stolen < 6
 
 
+@pytest.mark.system  # a real 30s keep-alive: waits ~15s
 async def test_a_real_30s_keep_alive_lock_stolen_terminates_the_command(
     url: str, name: str, db: Any, settings: Any, tmp_path: Path, spawn: Spawn
 ) -> None:
