@@ -125,6 +125,37 @@ async def test_locks_page_lists_filters_and_counts_down(browser: Browser, open_s
         assert all(r.headers.get("authorization") is None for r in s.api_requests())
 
 
+async def test_more_pages_than_the_server_gives_at_once(browser: Browser, settings: Settings, prefix: str) -> None:
+    """With SCHEDLOCK_LIST_MAX_LIMIT=2, "Load more" pages on, and the 5-second refresh keeps every row shown."""
+    server = start_server(settings, {"SCHEDLOCK_LIST_MAX_LIMIT": "2"})
+    try:
+        for i in range(5):
+            take(server, f"{prefix}page.{i}")
+        async with session(browser, server.url) as s:
+            page = s.page
+            await page.goto(f"{server.url}/ui?prefix={prefix}page.")
+            await expect(page.locator("#lock-rows tr")).to_have_count(2)
+            await expect(page.locator("#summary")).to_have_text(f"2+ locks starting with “{prefix}page.” · 2 held")
+            for shown in (4, 5):
+                await page.locator("#more").click()
+                await expect(page.locator("#lock-rows tr")).to_have_count(shown)
+            await expect(page.locator("#more")).to_be_hidden()
+            before = len(s.api_requests("/v1/locks"))
+            async with page.expect_request(lambda r: "/v1/locks?" in r.url, timeout=8000):
+                pass  # the next refresh
+            for _ in range(50):  # the refresh's pages come one after the other
+                if len(s.api_requests("/v1/locks")) - before >= 3:
+                    break
+                await page.wait_for_timeout(100)
+            assert len(s.api_requests("/v1/locks")) - before == 3  # three capped pages
+            assert all("limit=" in r.url and int(r.url.split("limit=")[1].split("&")[0]) <= 2 for r in s.requests
+                       if "/v1/locks?" in r.url)  # fmt: skip
+            await expect(page.locator("#lock-rows tr")).to_have_count(5)
+            s.assert_clean()
+    finally:
+        stop_server(server)
+
+
 async def test_a_run_appears_and_an_admin_force_releases_it(
     browser: Browser, open_server: LiveServer, prefix: str
 ) -> None:

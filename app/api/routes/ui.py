@@ -18,7 +18,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from app import __version__
-from app.api.deps import PrincipalDep
+from app.api.deps import PrincipalDep, settings_of
 from app.auth.authenticator import Authenticator
 from app.locking.names import NAME_MAX, NAME_PATTERN
 from app.ui import STATIC, TEMPLATES
@@ -40,14 +40,20 @@ SECURITY_HEADERS = {
 
 def _page(request: Request, template: str, **context: Any) -> Response:
     authenticator: Authenticator = request.app.state.auth
-    base = request.scope.get("root_path", "").rstrip("/")
-    response = templates.TemplateResponse(
+    settings = settings_of(request)
+    return templates.TemplateResponse(
         request,
         template,
-        {"base": base, "version": __version__, "auth": authenticator.enabled, **context},
+        {
+            "base": request.scope.get("root_path", "").rstrip("/"),
+            "version": __version__,
+            "auth": authenticator.enabled,
+            # The list's page size is capped by the server (SCHEDLOCK_LIST_MAX_LIMIT): the page asks for no more.
+            "list_max": settings.list_max_limit,
+            **context,
+        },
         headers=SECURITY_HEADERS,
     )
-    return response
 
 
 @router.get("/ui")

@@ -91,7 +91,7 @@ export function lockPage(session) {
   }
 
   async function loadRuns(append) {
-    const params = new URLSearchParams({ limit: append ? "50" : String(Math.max(runs.length, 50)) });
+    const params = new URLSearchParams({ limit: String(append ? 50 : Math.min(Math.max(runs.length, 50), 1000)) });
     if (append && cursor) params.set("cursor", cursor);
     const page = await api(`${lockPath(name)}/runs?${params}`);
     runs = append ? runs.concat(page.items) : page.items;

@@ -4,6 +4,9 @@ import { api, base } from "./api.js";
 import { $, countDown, fill, formatTime, setHolder, setState, setStatus, setTime, tick } from "./format.js";
 
 /** The locks page (/ui): the list, its filters (kept in the address) and "Load more". */
+const MAX = Number(document.body.dataset.listMax) || 100; // the server's SCHEDLOCK_LIST_MAX_LIMIT
+const PAGE = Math.min(100, MAX);
+
 export function locksPage() {
   const form = $("filters");
   const rows = $("lock-rows");
@@ -35,19 +38,26 @@ export function locksPage() {
   }
 
   async function load(append) {
-    // A refresh reloads as many rows as are shown, so "Load more" survives it (within the server's page cap).
-    const limit = append ? 100 : Math.min(Math.max(shown, 100), 1000);
+    // A refresh reloads as many rows as are shown, so "Load more" survives it; the server caps each request
+    // (SCHEDLOCK_LIST_MAX_LIMIT), so that may take several pages.
+    const wanted = append ? PAGE : Math.max(shown, PAGE);
+    const items = [];
+    let after = append ? cursor : null;
     let page;
     try {
-      page = await api(`/v1/locks?${query(limit, append ? cursor : null)}`);
+      do {
+        page = await api(`/v1/locks?${query(Math.min(wanted - items.length, MAX), after)}`);
+        items.push(...page.items);
+        after = page.next_cursor;
+      } while (after && items.length < wanted);
     } catch (err) {
       setStatus(`Could not load the locks: ${err.message}`, true);
       throw err;
     }
     if (!append) rows.textContent = "";
-    for (const lock of page.items) rows.append(row(lock));
+    for (const lock of items) rows.append(row(lock));
     shown = rows.children.length;
-    cursor = page.next_cursor;
+    cursor = after;
     $("more").hidden = !cursor;
     $("empty").hidden = shown > 0;
     const held = rows.querySelectorAll(".badge.held").length;
