@@ -17,7 +17,7 @@ from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
 from app.api.middleware.origin import OriginGuard
-from app.api.routes import admin, docs, health, locks, runs
+from app.api.routes import admin, docs, health, locks, runs, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
@@ -137,6 +137,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(metrics_route.router)
     app.include_router(docs.router)
+    ui.install(app)
     if lean:
         lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
         app.add_middleware(LeanRoutes, routes=lean_routes)

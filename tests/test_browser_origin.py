@@ -16,8 +16,8 @@ import pytest
 from playwright.async_api import Page, async_playwright
 
 from app.settings import Settings
+from tests.support.browser import CHROMIUM, FLAGS
 from tests.support.servers import LiveServer, free_port, start_server, stop_server
-from tests.test_docs_page import CHROMIUM, FLAGS
 
 pytestmark = pytest.mark.system
 

@@ -62,6 +62,8 @@ EXCLUDED = {
     "tests/test_origin.py runs the two against one",
     ("docs/high-availability.md", "helm install"): "needs a Kubernetes cluster; tests/test_docs_ha.py renders the "
     "chart with these values",
+    ("docs/dashboard.md", "helm upgrade"): "needs a Kubernetes cluster; tests/test_helm_monitoring.py renders the "
+    "chart with the dashboard and the alerts on",
 }
 #: Blocks a test of their own runs, with more to check.
 DEDICATED = {("README.md", "curl -s"): "test_the_readme_curl_session_runs_as_pasted"}

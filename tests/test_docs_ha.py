@@ -15,7 +15,7 @@ import yaml
 
 from app.settings import Settings
 from tests.support.api import acquire
-from tests.test_helm import FULLNAME, one, render
+from tests.support.helm import FULLNAME, one, render
 
 PAGE = Path(__file__).parent.parent / "docs" / "high-availability.md"
 

@@ -11,21 +11,11 @@ from urllib.parse import urlparse
 import pytest
 from playwright.async_api import Page, Request, Route, async_playwright
 
+from tests.support.browser import CHROMIUM, FLAGS
 from tests.support.servers import LiveServer
 
 pytestmark = pytest.mark.system  # a real browser (Debian's chromium)
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 PATHS = {
     "/v1/locks/{name}/acquire",
     "/v1/locks/{name}/release",

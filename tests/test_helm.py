@@ -1,7 +1,8 @@
 """The Helm chart: linted and rendered by the Helm SDK (helm-python-sdk, no helm binary), every manifest validated
 with kubernetes-validate --strict, and the objects that keep a fleet's locks safe asserted one by one.
 
-Scenarios are the values files in helm/schedlock/ci/, one per situation a platform team meets.
+Scenarios are the values files in helm/schedlock/ci/, one per situation a platform team meets. The monitoring
+objects (Grafana dashboard, alerts) have their own module, tests/test_helm_monitoring.py.
 """
 
 from __future__ import annotations
@@ -18,39 +19,16 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.helm import CHART, FULLNAME, NAMESPACE, RELEASE, SCENARIOS, kinds, one, render, values
+
 pytestmark = pytest.mark.system  # the chart rendered and validated with helm-python-sdk and kubernetes-validate
 
-ROOT = Path(__file__).parent.parent
-CHART = ROOT / "helm" / "schedlock"
-SCENARIOS = {p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))}
-RELEASE, NAMESPACE = "jobs", "platform"
-FULLNAME = f"{RELEASE}-schedlock"
 HOOK_PHASES = {"pre-install", "pre-upgrade"}
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the validator knows.
 KUBE_VERSIONS = ["1.25.0", None]
-
-
-def values(scenario: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(SCENARIOS[scenario].read_text()) or {}
-    return loaded
-
-
-def render(vals: dict[str, Any]) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        files = chart.render(values=vals, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    return [
-        doc for path, text in sorted(files.items()) if path.endswith(".yaml") for doc in yaml.safe_load_all(text) if doc
-    ]
-
-
-def one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-    assert len(found) == 1, (kind, name, [o["metadata"]["name"] for o in found])
-    return found[0]
-
-
-def kinds(objects: list[dict[str, Any]]) -> set[str]:
-    return {o["kind"] for o in objects}
+#: Kinds of prometheus-operator's CRDs, which kubernetes-validate has no schema for (checked here and in
+#: tests/test_helm_monitoring.py instead).
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 
 def is_hook(obj: dict[str, Any]) -> bool:
@@ -98,7 +76,7 @@ def test_rendered_manifests_pass_kubernetes_validate_strict(
     unknown = re.findall(r"^WARN .*kind (\S+) with api version", result.stdout, re.MULTILINE)
     # Every built-in object was checked against the schema; only the CRD kind has none there (see below).
     assert len(passed) + len(unknown) == len(objects), result.stdout
-    assert set(unknown) <= {"ServiceMonitor"}, unknown
+    assert set(unknown) <= CRD_KINDS, unknown
 
 
 # kubernetes-validate has no schema for prometheus-operator's CRD: check the fields the chart writes, strictly.
@@ -186,7 +164,7 @@ def test_defaults_render_what_a_fleet_needs() -> None:
     pdb = one(objects, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
-    assert not ({"HorizontalPodAutoscaler", "Ingress", "NetworkPolicy", "ServiceMonitor"} & kinds(objects))
+    assert not ({"HorizontalPodAutoscaler", "Ingress", "NetworkPolicy"} | CRD_KINDS) & kinds(objects)
 
 
 def test_selectors_use_name_and_instance_only(scenario: str) -> None:
@@ -254,7 +232,7 @@ def test_migrations_run_as_a_hook_job_with_the_server_image(scenario: str) -> No
     assert pod["restartPolicy"] == "Never"
     # Same table as the server, and never a listener: migrate binds nothing.
     env = {e["name"]: e for e in migrate["env"]}
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", FULLNAME)["data"]
     assert env["SCHEDLOCK_TABLE"]["value"] == config["SCHEDLOCK_TABLE"]
     assert env["SCHEDLOCK_HOST"]["value"] == "127.0.0.1"
     # No Service, PDB or NetworkPolicy selects the migration pod: it never receives traffic.
@@ -285,7 +263,7 @@ def test_database_url_and_tokens_come_from_the_secret() -> None:
     container = pod["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["SCHEDLOCK_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": FULLNAME, "key": "database-url"}
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", FULLNAME)["data"]
     mount = next(m for m in container["volumeMounts"] if m["name"] == "tokens")
     assert mount["readOnly"] is True and "subPath" not in mount  # so a rotated Secret reaches the pod
     assert config["SCHEDLOCK_TOKENS_FILE"] == f"{mount['mountPath']}/tokens.json"
@@ -308,7 +286,7 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
     volume = next(v for v in pod["volumes"] if v["name"] == "tokens")
     assert volume["secret"]["secretName"] == "schedlock-credentials"
     assert volume["secret"]["items"] == [{"key": "tokens.toml", "path": "tokens.toml"}]
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", FULLNAME)["data"]
     assert config["SCHEDLOCK_TOKENS_FILE"].endswith("/tokens.toml")
     assert config["SCHEDLOCK_TABLE"] == "jobs.shedlock"
     annotations = one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
@@ -396,7 +374,7 @@ def test_everything_enabled() -> None:
     backend = ingress["rules"][0]["http"]["paths"][0]["backend"]["service"]
     assert backend == {"name": FULLNAME, "port": {"name": "http"}}
     assert ingress["tls"][0]["secretName"] == "schedlock-tls" and ingress["ingressClassName"] == "nginx"
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", FULLNAME)["data"]
     assert (config["SCHEDLOCK_LOG_LEVEL"], config["SCHEDLOCK_LOG_FORMAT"]) == ("DEBUG", "human")
     assert config["SCHEDLOCK_HISTORY_RETENTION"] == "P90D"
     pod = deployment["spec"]["template"]["spec"]
@@ -408,7 +386,7 @@ def test_everything_enabled() -> None:
 def test_without_auth_the_server_is_told_to_run_open_and_says_so() -> None:
     vals = values("no-auth")
     objects = render(vals)
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", FULLNAME)["data"]
     assert config["SCHEDLOCK_ALLOW_UNAUTHENTICATED"] == "true" and "SCHEDLOCK_TOKENS_FILE" not in config
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     assert all(v["name"] != "tokens" for v in pod["volumes"])
