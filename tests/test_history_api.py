@@ -8,7 +8,7 @@ import base64
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,8 @@ import pytest
 from fastapi import FastAPI
 from jsonschema import Draft202012Validator
 
+from app.api.routes.runs import run_view
+from app.locking.history import Run
 from app.settings import Settings
 from tests.support.api import acquire, release, ts
 from tests.support.apps import in_process
@@ -274,3 +276,15 @@ async def test_real_answers_fit_the_document(client: httpx.AsyncClient, name: st
     fits(await client.post(f"/v1/locks/{name}/force-release", json={"reason": "again"}), path, "post")
     fits(await client.post(f"/v1/locks/{name}-never/force-release", json={"reason": "x"}), path, "post")
     fits(await client.post(f"/v1/locks/{name}/force-release", json={}), path, "post")
+
+
+def test_a_runs_duration_is_the_difference_of_the_times_shown() -> None:
+    """Times are shown truncated to the millisecond; the duration must be their difference, not the raw one
+    rounded (86.9 ms → 92.3 ms shows as .086 → .092: 6 ms, where the raw 5.4 ms rounds to 5)."""
+    acquired = datetime(2026, 11, 30, 3, 0, 0, 86_900)
+    ended = acquired + timedelta(microseconds=5_400)
+    run = Run("n", 1, "h", None, acquired, acquired, ended, "released", 0, None, None)
+    view = run_view(run, acquired)
+    assert view.duration_ms == 6
+    shown = json.loads(view.model_dump_json())
+    assert (ts(shown["ended_at"]) - ts(shown["acquired_at"])).total_seconds() * 1000 == view.duration_ms

@@ -39,6 +39,15 @@ def json_response(model: BaseModel) -> Response:
     return Response(content=model.model_dump_json(), media_type="application/json")
 
 
+def _milliseconds(value: datetime) -> int:
+    """A time as the API shows it (truncated to the millisecond), counted in milliseconds: durations are the
+    difference of the times shown, so ``ended_at - acquired_at == duration_ms`` holds for every run."""
+    naive = as_utc_naive(value)
+    return (naive.toordinal() * 86_400 + naive.hour * 3600 + naive.minute * 60 + naive.second) * 1000 + (
+        naive.microsecond // 1000
+    )
+
+
 def run_view(run: Run, db_time: datetime) -> RunView:
     """A run as the API shows it; a running run's duration is the time so far, by the database's clock."""
     end = run.ended_at if run.ended_at is not None else db_time
@@ -52,7 +61,7 @@ def run_view(run: Run, db_time: datetime) -> RunView:
         lock_until=run.lock_until,
         ended_at=run.ended_at,
         outcome=run.outcome,  # type: ignore[arg-type]  # one of OUTCOMES, from the table's CHECK
-        duration_ms=max(0, round((as_utc_naive(end) - as_utc_naive(run.acquired_at)).total_seconds() * 1000)),
+        duration_ms=max(0, _milliseconds(end) - _milliseconds(run.acquired_at)),
         skipped=run.skipped,
         forced_by=run.forced_by,
         force_reason=run.force_reason,
