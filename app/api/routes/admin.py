@@ -15,12 +15,13 @@ from app.api import openapi_history as examples
 from app.api.bodies import JsonBodyRoute
 from app.api.deps import HistoryDep, PrincipalDep, StoreDep
 from app.api.models_history import ForceReleaseRequest, ForceReleaseResponse
+from app.api.routes import LOCKS
 from app.api.routes.locks import LockName
 from app.api.routes.runs import json_response, run_view
 from app.locking.timefmt import format_time
 
 # JsonBodyRoute: the body is read as the lock routes read theirs (JSON only, else 415; see app.api.bodies).
-router = APIRouter(tags=["history"], route_class=JsonBodyRoute)
+router = APIRouter(prefix=LOCKS, tags=["history"], route_class=JsonBodyRoute)
 audit = logging.getLogger("schedlock.audit")
 
 #: Who forced, in the run and the audit log, on a server without tokens.
@@ -28,7 +29,7 @@ ANONYMOUS = "anonymous"
 
 
 @router.post(
-    "/v1/locks/{name:lockpath}/force-release",
+    "/{name:lockpath}/force-release",
     operation_id="forceReleaseLock",
     summary="Free a held lock now (admin)",
     description=(

@@ -26,6 +26,7 @@ from app.api.models import (
     ReleaseRequest,
     ReleaseResponse,
 )
+from app.api.routes import LOCKS
 from app.errors import InvalidRequest
 from app.locking.durations import format_duration
 from app.locking.leases import new_locked_by
@@ -35,7 +36,7 @@ from app.locking.slots import chooser
 from app.settings import Settings
 
 # JsonBodyRoute: the generic path reads bodies as the lean path does (JSON only, else 415; see app.api.bodies).
-router = APIRouter(prefix="/v1/locks", tags=["locks"], route_class=JsonBodyRoute)
+router = APIRouter(prefix=LOCKS, tags=["locks"], route_class=JsonBodyRoute)
 
 
 class _NamePath(PathConvertor):

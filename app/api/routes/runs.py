@@ -21,6 +21,7 @@ from app.api import openapi as doc
 from app.api import openapi_history as examples
 from app.api.deps import HistoryDep, PrincipalDep, SettingsDep
 from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, SkipList
+from app.api.routes import LOCKS, V1
 from app.api.routes.locks import LockName
 from app.errors import InvalidRequest
 from app.locking.history import Run, RunPage
@@ -129,7 +130,7 @@ Cursor = Annotated[str | None, Query(max_length=200, description="`next_cursor` 
 
 
 @router.get(
-    "/v1/locks/{name:lockpath}/runs",
+    f"{LOCKS}/{{name:lockpath}}/runs",
     operation_id="listLockRuns",
     summary="A lock's runs, newest first",
     description="Every acquisition of the lock (through schedlock or by a Java node) with how it ended, newest "
@@ -152,7 +153,7 @@ async def lock_runs(
 
 
 @router.get(
-    "/v1/runs",
+    f"{V1}/runs",
     operation_id="listRuns",
     summary="Runs of every lock, newest first",
     description="Runs of the locks the caller may read, newest first by acquisition time, filtered by name prefix, "
@@ -186,7 +187,7 @@ async def list_runs(
 
 
 @router.get(
-    "/v1/locks/{name:lockpath}/skips",
+    f"{LOCKS}/{{name:lockpath}}/skips",
     operation_id="getLockSkips",
     summary="A lock's skipped attempts per hour",
     description="Acquire attempts answered 409 `lock_held`, per hour of the database clock, over the last `hours` "
