@@ -38,7 +38,8 @@ EXAMPLES = int(os.environ.get("SCHEDLOCK_FUZZ_EXAMPLES", "100"))
 
 
 def _tokens() -> str:
-    entry = {"name": "raw", "sha256": hash_secret(SECRET), "prefixes": ["*"], "access": "read-write"}
+    # admin: force-release is part of the surface too
+    entry = {"name": "raw", "sha256": hash_secret(SECRET), "prefixes": ["*"], "access": "read-write", "admin": True}
     return json.dumps({"tokens": [entry]})
 
 
@@ -52,16 +53,21 @@ _VISIBLE = st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_charact
 #: Path and query text as it may appear on the request line: visible ASCII and percent escapes of anything.
 _URL_TEXT = st.lists(st.one_of(st.text(alphabet=_VISIBLE, max_size=8), _ANY_BYTE, _NASTY), max_size=8).map("".join)
 _NAME = st.one_of(st.from_regex(r"[a-z0-9._-]{1,20}", fullmatch=True), _URL_TEXT)
-_ACTION = st.sampled_from(["acquire", "release", "extend"])
+_ACTION = st.sampled_from(["acquire", "release", "extend", "force-release"])
+_READ = st.sampled_from(["", "/runs", "/skips"])
 _METHOD = st.sampled_from(["GET", "POST", "PUT", "DELETE", "OPTIONS", "HEAD", "PATCH", "BREW"])
 _TARGET = st.one_of(
     st.builds(lambda n, a: ("POST", f"/v1/locks/{n}/{a}"), _NAME, _ACTION),
     st.builds(lambda n, a: ("POST", f"/v1/locks/{n}/{a}"), _NAME, _ACTION),
-    st.builds(lambda n: ("GET", f"/v1/locks/{n}"), _NAME),
+    st.builds(lambda n, r: ("GET", f"/v1/locks/{n}{r}"), _NAME, _READ),
+    st.builds(lambda n: ("GET", f"/ui/locks/{n}"), _NAME),
     st.just(("GET", "/v1/locks")),
-    st.just(("GET", "/v1/locks")),
+    st.just(("GET", "/v1/runs")),
     st.tuples(
-        _METHOD, st.sampled_from(["/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/", "/v1/locks"])
+        _METHOD,
+        st.sampled_from(
+            ["/healthz", "/readyz", "/metrics", "/docs", "/openapi.json", "/", "/v1/locks", "/v1/runs", "/ui"]
+        ),
     ),
     st.tuples(_METHOD, _URL_TEXT.map(lambda t: "/" + t)),
 )
@@ -79,6 +85,12 @@ _QUERY = st.one_of(
             "cursor": st.one_of(_BASE64, _BASE64, _URL_TEXT),
             "limit": st.one_of(st.sampled_from(["1", "100", "1000", "1001", "0", "-1"]), _URL_TEXT),
             "held": st.one_of(st.sampled_from(["true", "false", "1", "maybe"]), _URL_TEXT),
+            "ended": st.one_of(st.sampled_from(["true", "false", "maybe"]), _URL_TEXT),
+            "since": st.one_of(
+                st.sampled_from(["2026-11-30T03:00:00Z", "2026-11-30", "0", "9999-99-99T99:99Z"]), _URL_TEXT
+            ),
+            "until": _URL_TEXT,
+            "hours": st.one_of(st.sampled_from(["1", "744", "745", "0", "-1"]), _URL_TEXT),
             "x": _URL_TEXT,
         },
     ).map(lambda params: "&".join(f"{key}={value}" for key, value in params.items())),
@@ -95,6 +107,11 @@ _BODY_FIELDS = st.fixed_dictionaries(
         "lock_at_least_for": _DURATION,
         "holder": st.one_of(st.text(max_size=10), _JSON_VALUE),
         "token": st.one_of(st.text(max_size=10), _JSON_VALUE),
+        "reason": st.one_of(st.text(max_size=10), _JSON_VALUE),
+        "slot": st.one_of(st.text(max_size=10), _JSON_VALUE),
+        "schedule": st.one_of(st.sampled_from(["* * * * *", "@daily", "61 * * * *", "\x00"]), _JSON_VALUE),
+        "timezone": st.one_of(st.sampled_from(["UTC", "Europe/Berlin", "Mars/Base", "../etc"]), _JSON_VALUE),
+        "completed": _JSON_VALUE,
         "x": _JSON_VALUE,
     },
 )
