@@ -171,7 +171,10 @@ async def test_get_shows_the_row_without_the_token(client: httpx.AsyncClient, na
     r = await client.get(f"/v1/locks/{name}")
     assert r.status_code == 200
     body = r.json()
-    assert set(body) == {"name", "locked_by", "locked_at", "lock_until", "held", "fencing_token", "db_time"}
+    assert set(body) == {
+        *("name", "locked_by", "locked_at", "lock_until", "held", "fencing_token", "db_time"),
+        *("last_completed_slot", "last_completed_at"),  # null: no slot was ever completed (docs/slots.md)
+    }
     assert body["held"] is True and body["fencing_token"] == lease["fencing_token"]
     assert lease["token"] not in r.text
     await release(client, name, lease["token"])

@@ -111,7 +111,7 @@ async def test_a_late_release_nobody_overtook_still_completes_the_tick(client: h
 async def test_get_and_list_show_the_last_completed_slot(client: httpx.AsyncClient, name: str) -> None:
     lease = (await acquire(client, name, "10m")).json()
     before = (await client.get(f"/v1/locks/{name}")).json()
-    assert "last_completed_slot" not in before and "last_completed_at" not in before  # as before slots existed
+    assert before["last_completed_slot"] is None and before["last_completed_at"] is None  # no tick completed yet
     await release(client, name, lease["token"])
 
     slot = key()

@@ -180,13 +180,9 @@ class LockView(BaseModel):
     held: bool = Field(description="lock_until is later than the database's now.")
     fencing_token: int
     last_completed_slot: str | None = Field(
-        default=None,
-        exclude_if=_absent,
-        description="The last slot a holder released as completed; absent when none (docs/slots.md).",
+        default=None, description="The last slot a holder released as completed; null when none (docs/slots.md)."
     )
-    last_completed_at: UtcTime | None = Field(
-        default=None, exclude_if=_absent, description="When that slot was completed; absent when none."
-    )
+    last_completed_at: UtcTime | None = Field(default=None, description="When that slot was completed; null when none.")
 
 
 class LockResponse(LockView):

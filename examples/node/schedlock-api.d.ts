@@ -612,12 +612,12 @@ export interface components {
             fencing_token: number;
             /**
              * Last Completed Slot
-             * @description The last slot a holder released as completed; absent when none (docs/slots.md).
+             * @description The last slot a holder released as completed; null when none (docs/slots.md).
              */
             last_completed_slot?: string | null;
             /**
              * Last Completed At
-             * @description When that slot was completed; absent when none.
+             * @description When that slot was completed; null when none.
              */
             last_completed_at?: string | null;
             /**
@@ -657,12 +657,12 @@ export interface components {
             fencing_token: number;
             /**
              * Last Completed Slot
-             * @description The last slot a holder released as completed; absent when none (docs/slots.md).
+             * @description The last slot a holder released as completed; null when none (docs/slots.md).
              */
             last_completed_slot?: string | null;
             /**
              * Last Completed At
-             * @description When that slot was completed; absent when none.
+             * @description When that slot was completed; null when none.
              */
             last_completed_at?: string | null;
         };
