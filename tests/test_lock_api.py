@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.locking.leases import new_token
 from tests.support.api import acquire, extend, release, seconds, ts
 
 
@@ -225,3 +226,10 @@ async def test_concurrent_takeover_of_an_expired_lock_has_exactly_one_winner(
 async def test_names_are_independent(client: httpx.AsyncClient, name: str) -> None:
     results: list[Any] = await asyncio.gather(*(acquire(client, f"{name}-{i}", "10m") for i in range(10)))
     assert all(r.status_code == 200 for r in results)
+
+
+def test_lease_tokens_never_look_like_a_command_line_option() -> None:
+    """``schedlock release NAME --token <token>`` must work for every token: none starts with "-"."""
+    tokens = [new_token() for _ in range(5000)]  # about 78 would start with "-" if nothing prevented it
+    assert not [token for token in tokens if token.startswith("-")]
+    assert len(set(tokens)) == len(tokens) and {len(token) for token in tokens} == {43}

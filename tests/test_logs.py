@@ -318,3 +318,19 @@ def test_new_request_ids_are_random_and_a_forked_child_does_not_repeat_them() ->
     os.close(read_end)
     os.close(write_end)
     assert re.fullmatch(r"[0-9a-f]{16}", child_id) and child_id != new_request_id()
+
+
+@pytest.mark.parametrize("formatter", [JsonFormatter(), HumanFormatter()], ids=["json", "human"])
+async def test_a_name_with_a_line_separator_stays_on_one_log_line(
+    client: httpx.AsyncClient, formatter: logging.Formatter
+) -> None:
+    """JSON leaves U+2028, U+2029 and U+0085 raw inside strings; a reader splitting lines the Unicode way would cut
+    the record there. A lock name may hold U+2028, a path anything."""
+    name = f"job\u2028{os.urandom(4).hex()}\u2029"
+    with captured(formatter) as out:
+        await acquire(client, name, "1m")
+        await client.get("/nowhere/\u0085")
+    records = out.getvalue().splitlines()
+    assert len(records) == 2, records
+    if isinstance(formatter, JsonFormatter):
+        assert json.loads(records[0]).get("lock") == name

@@ -16,8 +16,12 @@ FORCED_MARKER_SQL = "\\x"
 
 
 def new_token() -> str:
-    """A lease's secret: 256 random bits, URL-safe."""
-    return secrets.token_urlsafe(32)
+    """A lease's secret: 256 random bits, URL-safe, never starting with "-" (a command line would read it as an
+    option: ``schedlock release NAME --token -x…``). Refusing that first character costs 1/64 of the choices."""
+    while True:
+        token = secrets.token_urlsafe(32)
+        if not token.startswith("-"):
+            return token
 
 
 def hash_token(token: str) -> bytes:

@@ -57,6 +57,19 @@ def _message(formatter: logging.Formatter, record: logging.LogRecord) -> str:
     return message
 
 
+#: Line breaks JSON may leave raw inside strings (it escapes only U+0000-U+001F): NEL and the Unicode line and
+#: paragraph separators. A lock name may hold the latter two, a request's path any of them.
+_RAW_BREAKS = re.compile("[\u0085\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """JSON text with every line break escaped, so a log reader that splits lines the Unicode way (Python's
+    str.splitlines) sees one record per line."""
+    if _RAW_BREAKS.search(text):
+        text = _RAW_BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
+
+
 class JsonFormatter(logging.Formatter):
     """``{"time", "level", "logger", "message", "request_id"?, <fields>...}`` on one line."""
 
@@ -72,7 +85,7 @@ class JsonFormatter(logging.Formatter):
             line.update(fields)
         if "request_id" not in line and (rid := request_id.get()) is not None:
             line["request_id"] = rid
-        return orjson.dumps(line, default=str).decode()
+        return _one_line(orjson.dumps(line, default=str).decode())
 
 
 class HumanFormatter(logging.Formatter):
@@ -91,7 +104,7 @@ class HumanFormatter(logging.Formatter):
 def _human_value(value: Any) -> str:
     text = str(value)
     if not text or any(c.isspace() or c in "\"='" for c in text) or not text.isprintable():
-        return orjson.dumps(text).decode()
+        return _one_line(orjson.dumps(text).decode())
     return text
 
 
