@@ -19,8 +19,8 @@ import yaml
 from app.db import migrate
 from tests.support.apps import drop_schema, make_settings
 from tests.support.cli import SCHEDLOCK
+from tests.support.helm import KUBE_VERSIONS
 from tests.support.servers import LiveServer, start_server, stop_server
-from tests.test_helm import KUBE_VERSIONS
 
 pytestmark = pytest.mark.system  # kubernetes-validate, and the CronJob command against a server process
 
