@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.db import migrate
 from app.settings import Settings
-from tests.support.apps import drop_schema, make_settings
+from tests.support.apps import migrated_table
 from tests.support.polyglot import (
     DRIVERS,
     EXAMPLES,
@@ -32,11 +31,8 @@ from tests.support.servers import LiveServer, start_server, stop_server
 @pytest.fixture(scope="package")
 def poly_settings(database_url: str) -> Iterator[Settings]:
     """A lock table of these tests' own: the runnable examples all take "nightly-report", which other tests use."""
-    schema = f"test_poly_{uuid.uuid4().hex[:10]}"
-    settings = make_settings(database_url, f"{schema}.shedlock")
-    migrate.upgrade(settings)
-    yield settings
-    drop_schema(database_url, schema)
+    with migrated_table(database_url, "test_poly") as settings:
+        yield settings
 
 
 @pytest.fixture(scope="package")
