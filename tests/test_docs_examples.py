@@ -36,10 +36,9 @@ import httpx
 import pytest
 
 from app.auth.tokens import parse_tokens
-from app.db import migrate
 from app.settings import Settings
 from tests.support.api import seconds
-from tests.support.apps import drop_schema, make_settings
+from tests.support.apps import migrated_table
 from tests.support.servers import LiveServer, free_port, start_server, stop_server
 
 ROOT = Path(__file__).parent.parent
@@ -136,15 +135,12 @@ def assert_printed(block: Block, out: str) -> None:
 
 @contextlib.contextmanager
 def server_on_a_fresh_table(database_url: str) -> Iterator[tuple[LiveServer, Settings]]:
-    schema = f"docs_{uuid.uuid4().hex[:10]}"
-    settings = make_settings(database_url, f"{schema}.shedlock")
-    migrate.upgrade(settings)
-    server = start_server(settings)
-    try:
-        yield server, settings
-    finally:
-        stop_server(server)
-        drop_schema(database_url, schema)
+    with migrated_table(database_url, "docs") as settings:
+        server = start_server(settings)
+        try:
+            yield server, settings
+        finally:
+            stop_server(server)
 
 
 @pytest.fixture(scope="module")

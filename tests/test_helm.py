@@ -19,13 +19,22 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.support.helm import CHART, FULLNAME, NAMESPACE, RELEASE, SCENARIOS, kinds, one, render, values
+from tests.support.helm import (
+    CHART,
+    FULLNAME,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    RELEASE,
+    SCENARIOS,
+    kinds,
+    one,
+    render,
+    values,
+)
 
 pytestmark = pytest.mark.system  # the chart rendered and validated with helm-python-sdk and kubernetes-validate
 
 HOOK_PHASES = {"pre-install", "pre-upgrade"}
-# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the validator knows.
-KUBE_VERSIONS = ["1.25.0", None]
 #: Kinds of prometheus-operator's CRDs, which kubernetes-validate has no schema for (checked here and in
 #: tests/test_helm_monitoring.py instead).
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from app.db import migrate
-from tests.support.apps import drop_schema, make_settings
+from tests.support.apps import migrated_table
 from tests.support.cli import SCHEDLOCK
+from tests.support.helm import KUBE_VERSIONS
 from tests.support.servers import LiveServer, start_server, stop_server
-from tests.test_helm import KUBE_VERSIONS
 
 pytestmark = pytest.mark.system  # kubernetes-validate, and the CronJob command against a server process
 
@@ -40,13 +38,10 @@ def one(kind: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def server(database_url: str) -> Iterator[LiveServer]:
     """A server on a table of its own: "nightly-report" is a name other tests' examples take too."""
-    schema = f"test_cronjob_{uuid.uuid4().hex[:8]}"
-    settings = make_settings(database_url, f"{schema}.shedlock")
-    migrate.upgrade(settings)
-    started = start_server(settings)
-    yield started
-    stop_server(started)
-    drop_schema(database_url, schema)
+    with migrated_table(database_url, "test_cronjob") as settings:
+        started = start_server(settings)
+        yield started
+        stop_server(started)
 
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS, ids=["oldest", "newest"])

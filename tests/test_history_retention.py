@@ -13,30 +13,28 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.db import migrate
 from app.locking.retention import RETENTION_LOCK
 from app.settings import Settings
 from tests.support.api import acquire
-from tests.support.apps import drop_schema, in_process, make_settings
+from tests.support.apps import in_process, migrated_table
 from tests.support.statements import watched
 
 OLD = "timezone('utc', now()) - interval '40 days'"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def own_table(database_url: str) -> Iterator[Settings]:
-    """A table of this module's own: the counts of deleted rows must not depend on what other tests wrote."""
-    schema = f"ret_{uuid.uuid4().hex[:10]}"
-    settings = make_settings(
+    """A table of this test's own: the counts of deleted rows must not depend on what other tests wrote. A pruning
+    round counts every old row of the table, so not even this module's other tests may share it (the server's own
+    round in test_the_server_prunes_by_itself can stop between the runs and the skip counts)."""
+    with migrated_table(
         database_url,
-        f"{schema}.shedlock",
+        "ret",
         history_retention=timedelta(days=30),
         history_prune_batch=3,
         history_prune_interval=timedelta(hours=1),
-    )
-    migrate.upgrade(settings)
-    yield settings
-    drop_schema(database_url, schema)
+    ) as settings:
+        yield settings
 
 
 @pytest.fixture

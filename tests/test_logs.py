@@ -9,8 +9,6 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -18,39 +16,15 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.api.middleware.observe import new_request_id
-from app.ops.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
+from app.ops.logs import HumanFormatter, TurnBufferedHandler, configure_logging, redact, request_id
 from app.settings import Settings
 from tests.support.api import acquire, release
 from tests.support.apps import in_process
+from tests.support.logs import access, captured, lines
 from tests.support.servers import start_server, stop_server
 
 SECRET_PASSWORD = "pw-Zq8vX1-do-not-log"
 BEARER = "sl_live_9f2c4b7e1a-do-not-log"
-
-
-@contextmanager
-def captured(formatter: logging.Formatter | None = None, level: int = logging.DEBUG) -> Iterator[io.StringIO]:
-    """What the schedlock loggers write while the block runs, formatted as the server would."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(formatter or JsonFormatter())
-    logger = logging.getLogger("schedlock")
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(level)
-    try:
-        yield stream
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-
-
-def lines(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stream.getvalue().splitlines()]
-
-
-def access(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [line for line in lines(stream) if line["logger"] == "schedlock.access"]
 
 
 async def test_one_json_line_per_request_with_route_outcome_and_request_id(

@@ -9,7 +9,6 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from app.db import migrate
@@ -17,41 +16,7 @@ from app.ops.metrics import LOCK_OUTCOMES
 from app.settings import Settings
 from tests.support.api import acquire, extend, release
 from tests.support.apps import in_process
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-async def scrape(client: httpx.AsyncClient) -> Samples:
-    r = await client.get("/metrics")
-    assert r.status_code == 200
-    assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
-    return parse(r.text)
-
-
-def parse(text: str) -> Samples:
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
-
-
-def outcomes(before: Samples, after: Samples) -> dict[tuple[str, str], float]:
-    """The lock outcomes that changed between two scrapes."""
-    deltas = {}
-    for op, names in LOCK_OUTCOMES.items():
-        for outcome in names:
-            labels = {"operation": op, "outcome": outcome}
-            delta = value(after, "schedlock_lock_operations_total", **labels) - value(
-                before, "schedlock_lock_operations_total", **labels
-            )
-            if delta:
-                deltas[op, outcome] = delta
-    return deltas
+from tests.support.metrics import outcomes, parse, scrape, value
 
 
 async def test_every_lock_outcome_is_counted_once(client: httpx.AsyncClient, name: str) -> None:

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from jsonschema import Draft202012Validator
 from pydantic import SecretStr
 
 from app.auth.tokens import hash_secret
 from app.settings import Settings
 from tests.support.api import acquire
 from tests.support.apps import in_process
+from tests.support.openapi import ACQUIRE, EXTEND, GET, LIST, RELEASE, SPEC, check, validator
 
-SPEC: dict[str, Any] = json.loads((Path(__file__).parent.parent / "openapi" / "openapi.json").read_text())
 OPERATIONS = [(path, method, operation) for path, item in SPEC["paths"].items() for method, operation in item.items()]
 
 SECRET = "contract-secret-" + "c" * 40
@@ -41,18 +39,6 @@ ERROR_SCHEMAS = {
     "422": "InvalidRequestError",
     "503": "StorageUnavailableError",
 }
-
-
-def validator(schema: dict[str, Any]) -> Draft202012Validator:
-    """A validator for a schema of the document, its $refs resolved within the document."""
-    return Draft202012Validator({**schema, "components": SPEC["components"]})
-
-
-def response_schema(path: str, method: str, status: int) -> dict[str, Any]:
-    schema: dict[str, Any] = SPEC["paths"][path][method]["responses"][str(status)]["content"]["application/json"][
-        "schema"
-    ]
-    return schema
 
 
 def examples() -> Iterator[tuple[str, dict[str, Any]]]:
@@ -114,22 +100,6 @@ def test_the_lock_held_schema_says_who_holds_it_until_when() -> None:
 
 
 # --- real answers fit the declared schemas ---------------------------------------------------------------------
-
-
-def check(response: httpx.Response, path: str, method: str) -> None:
-    errors = [
-        e.message for e in validator(response_schema(path, method, response.status_code)).iter_errors(response.json())
-    ]
-    assert errors == [], f"{method} {path} {response.status_code}: {errors}\n{response.text}"
-
-
-ACQUIRE, RELEASE, EXTEND, GET, LIST = (
-    "/v1/locks/{name}/acquire",
-    "/v1/locks/{name}/release",
-    "/v1/locks/{name}/extend",
-    "/v1/locks/{name}",
-    "/v1/locks",
-)
 
 
 async def test_real_answers_fit_their_schemas(client: httpx.AsyncClient, name: str) -> None:

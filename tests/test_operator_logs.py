@@ -20,9 +20,9 @@ from app.db import migrate
 from app.db.availability import Availability
 from app.settings import Settings
 from tests.support.apps import drop_schema, in_process, make_settings
+from tests.support.logs import captured, lines
 from tests.support.pgcluster import PgCluster, migrated_cluster
 from tests.support.servers import free_port, server_env, spawn_server, start_server, stop_server, wait_for
-from tests.test_logs import captured, lines
 
 SECRET = "operator-secret-" + "s" * 40
 

@@ -9,7 +9,6 @@ replica runs under libfaketime an hour ahead: the database's clock decides, so i
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
 import random
 import time
@@ -26,17 +25,11 @@ from pydantic import SecretStr
 from app.db import migrate
 from app.settings import Settings
 from tests.support.api import ts
+from tests.support.faketime import libfaketime
 from tests.support.pgcluster import PgCluster
 from tests.support.servers import LiveServer, start_server, stop_server
 
 pytestmark = pytest.mark.system  # a throwaway cluster and several server processes, one under libfaketime
-
-
-def libfaketime() -> str:
-    found = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
-    if not found:
-        pytest.fail("libfaketime is not installed: apt-get install libfaketime (./scripts/test does)")
-    return found[0]
 
 
 @dataclass

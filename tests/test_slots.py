@@ -15,9 +15,9 @@ from fastapi import FastAPI
 from app.settings import Settings
 from tests.support.api import acquire, ts
 from tests.support.java import JavaNode
-from tests.test_logs import access, captured
-from tests.test_metrics import outcomes, scrape
-from tests.test_openapi_contract import ACQUIRE, GET, LIST, RELEASE, check
+from tests.support.logs import access, captured
+from tests.support.metrics import outcomes, scrape
+from tests.support.openapi import ACQUIRE, GET, LIST, RELEASE, check
 
 
 def key() -> str:

@@ -21,8 +21,8 @@ import pytest
 
 from app.settings import Settings
 from tests.support.api import ts
+from tests.support.faketime import libfaketime
 from tests.support.servers import LiveServer, start_server, stop_server
-from tests.test_replicas import libfaketime
 
 pytestmark = pytest.mark.system  # server processes, one under libfaketime, and waits on the wall clock
 

@@ -119,6 +119,11 @@ def test_a_worker_that_dies_is_replaced(settings: Settings) -> None:
         db_port = urlsplit(settings.asyncpg_dsn()).port or 5432
         killed, survivor = wait_for_pools(server, 2, db_port)
         killed.kill()
+        # kill() returns once SIGKILL is sent, not once it has taken effect: until then the worker still counts.
+        deadline = time.monotonic() + 10
+        while not gone(killed):
+            assert time.monotonic() < deadline, f"{killed} outlived SIGKILL"
+            time.sleep(0.05)
         replaced = [w for w in wait_for_pools(server, 2, db_port) if w.pid != survivor.pid]
         assert len(replaced) == 1 and replaced[0].pid != killed.pid
         assert httpx.get(f"{server.url}/readyz").status_code == 200

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.polyglot.conftest import SECRET, Program, bearer
 from tests.support.api import seconds
+from tests.support.polyglot import SECRET, Program, bearer, row
 from tests.support.servers import LiveServer, free_port
 
 pytestmark = pytest.mark.system  # the Java, Go and Node examples built and run (a JDK, Go, Node.js)
@@ -20,13 +20,6 @@ pytestmark = pytest.mark.system  # the Java, Go and Node examples built and run 
 def acquire(server: LiveServer, name: str, at_most: str = "1m") -> httpx.Response:
     body = {"lock_at_most_for": at_most, "holder": "the test"}
     return httpx.post(f"{server.url}/v1/locks/{name}/acquire", json=body, headers=bearer())
-
-
-def row(server: LiveServer, name: str) -> dict[str, object]:
-    response = httpx.get(f"{server.url}/v1/locks/{name}", headers=bearer())
-    assert response.status_code == 200, response.text
-    body: dict[str, object] = response.json()
-    return body
 
 
 def test_acquire_held_extend_release_get_list(program: Program, poly_server: LiveServer, poly_name: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.polyglot.conftest import EXAMPLES, ROOT, build, require
+from tests.support.polyglot import EXAMPLES, ROOT, build, require
 
 pytestmark = pytest.mark.system  # npm, openapi-typescript and tsc
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.polyglot.conftest import DRIVERS, EXAMPLES, Program, bearer, go_env, go_vars, node_command, require
+from tests.support.polyglot import DRIVERS, EXAMPLES, Program, bearer, go_env, go_vars, node_command, require
 from tests.support.servers import LiveServer, free_port
 
 pytestmark = pytest.mark.system  # the runnable examples in Java, Go and Node

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.polyglot.conftest import Program
-from tests.polyglot.test_examples import row
+from tests.support.polyglot import Program, row
 from tests.support.servers import LiveServer
 
 pytestmark = pytest.mark.system  # the Java, Go and Node examples built and run (a JDK, Go, Node.js)

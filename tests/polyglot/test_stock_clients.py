@@ -16,7 +16,7 @@ import httpx
 import pytest
 import requests
 
-from tests.polyglot.conftest import bearer, require
+from tests.support.polyglot import bearer, require
 from tests.support.servers import LiveServer
 
 #: (method, url, JSON body or None) -> (status, JSON answer, HTTP version the answer came in)

@@ -1,11 +1,12 @@
-"""Settings for a test table, apps on them with their lifespan entered, and schema clean-up."""
+"""Settings for a test table (migrated or not, in a schema of its own), apps on them with their lifespan entered,
+and schema clean-up."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import asyncpg
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.middleware.lean import SERVED_KEY
 from app.api.routes.locks import LEAN_ENDPOINTS
+from app.db import migrate
 from app.main import create_app
 from app.settings import Settings
 
@@ -36,6 +38,19 @@ def drop_schema(database_url: str, schema: str) -> None:
             await conn.close()
 
     asyncio.run(drop())
+
+
+@contextmanager
+def migrated_table(database_url: str, prefix: str, **overrides: Any) -> Iterator[Settings]:
+    """Settings (with ``overrides``) for a migrated table in a new schema of its own, for tests whose rows must not
+    meet other tests' (a name they share, counts of rows); the schema is dropped afterwards. From synchronous code."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    settings = make_settings(database_url, f"{schema}.shedlock", **overrides)
+    try:
+        migrate.upgrade(settings)
+        yield settings
+    finally:
+        drop_schema(database_url, schema)
 
 
 @asynccontextmanager

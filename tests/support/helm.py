@@ -16,6 +16,8 @@ CHART = ROOT / "helm" / "schedlock"
 SCENARIOS = {p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))}
 RELEASE, NAMESPACE = "jobs", "platform"
 FULLNAME = f"{RELEASE}-schedlock"
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the validator knows (None).
+KUBE_VERSIONS = ["1.25.0", None]
 
 
 def values(scenario: str) -> dict[str, Any]:
