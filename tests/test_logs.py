@@ -16,7 +16,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.api.middleware.observe import new_request_id
-from app.ops.logs import HumanFormatter, TurnBufferedHandler, configure_logging, redact, request_id
+from app.ops.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
 from app.settings import Settings
 from tests.support.api import acquire, release
 from tests.support.apps import in_process
