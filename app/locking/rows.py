@@ -17,6 +17,11 @@ ROW = (
 )
 
 
+def row_of(alias: str) -> str:
+    """ROW, each column qualified by ``alias`` (for statements that join the lock table with their input)."""
+    return ", ".join(f"{alias}.{column.strip()}" for column in ROW.split(","))
+
+
 @dataclass(frozen=True, slots=True)
 class LockRow:
     name: str

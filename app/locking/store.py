@@ -26,9 +26,11 @@ from app.db.schema import qualified_name, runs_table
 from app.db.statements import fetch as run_statement
 from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, SlotDone, StorageUnavailable
 from app.locking import slots
+from app.locking.batches import Batches
+from app.locking.flights import ALONE, Flights
 from app.locking.leases import FORCED_MARKER_SQL, hash_token, new_token, released_marker
 from app.locking.listing import list_query
-from app.locking.rows import NOW, ROW, Lease, LockRow, Page, row_from
+from app.locking.rows import NOW, ROW, Lease, LockRow, Page, row_from, row_of
 from app.locking.timefmt import format_time
 
 #: Told of every statement the store runs: (operation, seconds, outcome), outcome "ok" or "unavailable" (the
@@ -36,6 +38,7 @@ from app.locking.timefmt import format_time
 Observer = Callable[[str, float, str], None]
 STATEMENT_OPERATIONS = (
     *("acquire", "release", "extend", "get", "list", "schema_revision", "count_held"),
+    *("acquire_batch", "release_batch"),  # many names in one statement (app.locking.batches)
     *("force_release", "runs", "skips", "flush_skips", "prune"),  # the run history's (app.locking.history)
 )
 
@@ -60,12 +63,18 @@ class LockStore:
         self._on_held = on_held
         t = qualified_name(table, schema)
         self.table = t
-        # Insert, or take over an expired row: ShedLock's acquire, plus the lease columns. When it is held,
-        # the second branch reports the holder (the statement's snapshot; see _acquire_fallback).
+        # Insert, or take over an expired row: ShedLock's acquire, plus the lease columns. A row the statement's
+        # snapshot shows held is refused by reading alone: no INSERT is attempted, so a refusal takes no row lock,
+        # no transaction id and writes no WAL, and never waits behind the holder's commit (docs/performance.md,
+        # "Contended"). Otherwise ON CONFLICT decides on the latest committed row, as ShedLock's statement does;
+        # if a writer that committed after the snapshot wins, the second branch reports the row as the snapshot
+        # saw it (not held), and acquire() reads it again.
         self._acquire_sql = f"""
-            WITH taken AS (
+            WITH seen AS (SELECT {ROW} FROM {t} WHERE name = $1),
+            taken AS (
               INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot)
-              VALUES ($1, {NOW} + $2::interval, {NOW}, $3, $4, $5::interval, NULL)
+              SELECT $1, {NOW} + $2::interval, {NOW}, $3::text, $4::bytea, $5::interval, NULL::text
+              WHERE NOT EXISTS (SELECT FROM seen WHERE lock_until > {NOW})
               ON CONFLICT (name) DO UPDATE SET
                 lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at,
                 locked_by = EXCLUDED.locked_by, lease_token_hash = EXCLUDED.lease_token_hash,
@@ -74,7 +83,7 @@ class LockStore:
               RETURNING {ROW})
             SELECT true AS ok, {ROW}, {NOW} AS db_time FROM taken
             UNION ALL
-            SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM taken)"""
+            SELECT false, {ROW}, {NOW} FROM seen WHERE NOT EXISTS (SELECT FROM taken)"""
         # Never earlier than locked_at + lock_at_least_for; a second release with the same token changes nothing.
         # The first release of a lease with a slot, if the job completed ($4), records the slot (docs/slots.md).
         completes = "lease_token_hash = $2 AND $4::boolean AND slot IS NOT NULL"
@@ -92,6 +101,48 @@ class LockStore:
             SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
             UNION ALL
             SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
+        # The same two statements for many names at once (app.locking.batches): the arguments are arrays, one
+        # element per operation, each name at most once. Rows are taken in name order, so two batches never wait
+        # for each other's rows crosswise. A name neither taken nor seen (inserted after the snapshot) has no row.
+        self._acquire_many_sql = f"""
+            WITH input AS (
+              SELECT * FROM unnest($1::text[], $2::interval[], $3::text[], $4::bytea[], $5::interval[])
+                AS i(name, at_most, locked_by, token_hash, at_least)),
+            seen AS (SELECT {ROW} FROM {t} WHERE name = ANY($1::text[])),
+            taken AS (
+              INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot)
+              SELECT i.name, {NOW} + i.at_most, {NOW}, i.locked_by, i.token_hash, i.at_least, NULL::text FROM input i
+              WHERE NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name AND s.lock_until > {NOW})
+              ORDER BY i.name
+              ON CONFLICT (name) DO UPDATE SET
+                lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at,
+                locked_by = EXCLUDED.locked_by, lease_token_hash = EXCLUDED.lease_token_hash,
+                lock_at_least_for = EXCLUDED.lock_at_least_for, slot = NULL
+              WHERE l.lock_until <= {NOW}
+              RETURNING {ROW})
+            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM taken
+            UNION ALL
+            SELECT false, {ROW}, {NOW} FROM seen s WHERE NOT EXISTS (SELECT FROM taken WHERE taken.name = s.name)"""
+        many_completes = "l.lease_token_hash = i.token_hash AND i.completed AND l.slot IS NOT NULL"
+        self._release_many_sql = f"""
+            WITH input AS (
+              SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::boolean[])
+                AS i(name, token_hash, marker, completed)),
+            done AS (
+              UPDATE {t} AS l SET
+                lock_until = CASE WHEN l.lease_token_hash = i.marker THEN l.lock_until
+                  ELSE GREATEST({NOW}, l.locked_at + COALESCE(l.lock_at_least_for, interval '0')) END,
+                lease_token_hash = i.marker,
+                last_completed_slot = CASE WHEN {many_completes} THEN l.slot ELSE l.last_completed_slot END,
+                last_completed_at = CASE WHEN {many_completes} THEN {NOW} ELSE l.last_completed_at END,
+                last_completed_by = CASE WHEN {many_completes} THEN l.locked_by ELSE l.last_completed_by END
+              FROM (SELECT * FROM input ORDER BY name) i
+              WHERE l.name = i.name AND l.lease_token_hash IN (i.token_hash, i.marker)
+              RETURNING {row_of("l")})
+            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
+            UNION ALL
+            SELECT false, {row_of("l")}, {NOW} FROM {t} l
+            WHERE l.name = ANY($1::text[]) AND NOT EXISTS (SELECT FROM done WHERE done.name = l.name)"""
         # Only a live lease moves; locked_at stays, so the at-least window still counts from the acquisition.
         self._extend_sql = f"""
             WITH done AS (
@@ -123,6 +174,19 @@ class LockStore:
         self._slot_sql = slots.acquire_sql(t)
         #: The database's now as last seen, from which the slotted acquire lists its candidate ticks.
         self.db_clock = slots.DbClock()
+        #: Acquires in flight, by name: the ones that arrive meanwhile are decided together (app.locking.flights).
+        self._acquiring: Flights[Lease | LockRow] = Flights()
+        #: Acquires and releases of different names that arrive while one is in flight go as one statement.
+        self.acquires: Batches[tuple[Any, ...], Any] = Batches(
+            lambda args: self._one("acquire", self._acquire_sql, args),
+            lambda ops: self._many("acquire_batch", self._acquire_many_sql, ops),
+            _name_of,
+        )
+        self.releases: Batches[tuple[Any, ...], Any] = Batches(
+            lambda args: self._one("release", self._release_sql, args),
+            lambda ops: self._many("release_batch", self._release_many_sql, ops),
+            _name_of,
+        )
 
     async def fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
         """Run one statement on the store's pool, observed as ``operation`` (one of STATEMENT_OPERATIONS)."""
@@ -141,29 +205,34 @@ class LockStore:
     async def acquire(
         self, name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, locked_by: str
     ) -> Lease:
-        """Take the lock if it is free or expired; raise LockHeld (with the holder) otherwise."""
-        token = new_token()
-        rows = await self.fetch(
-            "acquire",
-            self._acquire_sql,
-            name,
-            lock_at_most_for,
-            locked_by,
-            hash_token(token),
-            lock_at_least_for,
+        """Take the lock if it is free or expired; raise LockHeld (with the holder) otherwise. Acquires of a name
+        that arrive while one is in flight go as a group when it is done: the first runs the statement, the others
+        find the lock held by whoever holds it after that (app.locking.flights)."""
+        outcome = await self._acquiring.run(
+            name, lambda: self._acquire_once(name, lock_at_most_for, lock_at_least_for, locked_by), _follow
         )
-        if rows and rows[0]["ok"]:
-            return Lease(row_from(rows[0]), token)
-        current = row_from(rows[0]) if rows else None
+        if isinstance(outcome, Lease):
+            return outcome
+        if self._on_held is not None:
+            self._on_held(outcome)
+        raise _held(name, outcome)
+
+    async def _acquire_once(
+        self, name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, locked_by: str
+    ) -> Lease | LockRow:
+        """One acquire statement: the lease, or the holder's row."""
+        token = new_token()
+        row = await self.acquires.submit((name, lock_at_most_for, locked_by, hash_token(token), lock_at_least_for))
+        if row is not None and row["ok"]:
+            return Lease(row_from(row), token)
+        current = row_from(row) if row is not None else None
         if current is None or not current.held:
             # The statement lost a race with a writer that committed after its snapshot was taken: read again.
             try:
                 current = await self.get(name)
             except LockNotFound:
                 raise LockHeld(f"{name!r} is held", name=name) from None
-        if self._on_held is not None:
-            self._on_held(current)
-        raise _held(name, current)
+        return current
 
     async def acquire_slot(
         self,
@@ -208,8 +277,19 @@ class LockStore:
     async def release(self, name: str, token: str, completed: bool = True) -> LockRow:
         """End the lease; ``completed`` (the job finished) records its slot, if it has one, as completed."""
         token_hash = hash_token(token)
-        rows = await self.fetch("release", self._release_sql, name, token_hash, released_marker(token_hash), completed)
-        return self._outcome(name, rows, "release")
+        row = await self.releases.submit((name, token_hash, released_marker(token_hash), completed))
+        return self._outcome(name, [] if row is None else [row], "release")
+
+    async def _one(self, operation: str, sql: str, args: tuple[Any, ...]) -> Any:
+        """The single-name statement: its row, or None."""
+        rows = await self.fetch(operation, sql, *args)
+        return rows[0] if rows else None
+
+    async def _many(self, operation: str, sql: str, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """The batched statement (arguments as arrays, one element per operation): each operation's row, or None."""
+        rows = await self.fetch(operation, sql, *(list(column) for column in zip(*ops, strict=True)))
+        by_name = {row["name"]: row for row in rows}
+        return [by_name.get(op[0]) for op in ops]
 
     async def extend(
         self, name: str, token: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta | None
@@ -276,6 +356,20 @@ class LockStore:
                 name=name,
             )
         return row
+
+
+def _name_of(args: tuple[Any, ...]) -> str:
+    return str(args[0])
+
+
+def _follow(outcome: Lease | LockRow | BaseException) -> Lease | LockRow:
+    """An acquire that queued behind another of the same name: after a lease was granted or the holder found, the
+    lock is held, by that lease or that holder; after anything else, it runs its own statement."""
+    if isinstance(outcome, Lease):
+        return outcome.row
+    if isinstance(outcome, LockRow):
+        return outcome
+    return ALONE  # type: ignore[no-any-return]
 
 
 def _slot_done(name: str, current: LockRow) -> SlotDone:
