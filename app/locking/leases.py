@@ -7,9 +7,11 @@ and an extend after release fails.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
-import secrets
+
+from app.randomness import random_bytes
 
 #: The lease hash of a force-released row, as SQL bytea text: empty, so no token's hash (nor released marker) matches.
 FORCED_MARKER_SQL = "\\x"
@@ -19,7 +21,7 @@ def new_token() -> str:
     """A lease's secret: 256 random bits, URL-safe, never starting with "-" (a command line would read it as an
     option: ``schedlock release NAME --token -x…``). Refusing that first character costs 1/64 of the choices."""
     while True:
-        token = secrets.token_urlsafe(32)
+        token = base64.urlsafe_b64encode(random_bytes(32)).rstrip(b"=").decode()
         if not token.startswith("-"):
             return token
 
@@ -35,7 +37,7 @@ def released_marker(token_hash: bytes) -> bytes:
 def new_locked_by(holder: str | None, principal: str | None = None) -> str:
     """Unique per acquisition and never a bare hostname, so no Java node's ``locked_by = <hostname>`` guard can
     ever match a schedlock lease (and no schedlock token can match a Java row)."""
-    lease_id = secrets.token_hex(6)
+    lease_id = random_bytes(6).hex()
     via = f" via {principal}" if principal else ""
     return f"{holder or 'anonymous'} [schedlock{via} lease {lease_id}]"
 

@@ -13,7 +13,6 @@ in the response's ``X-Request-ID`` header and appears on every log line written 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from typing import Any
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.api.errors import ERROR_CODE_KEY
 from app.ops.logs import request_id
 from app.ops.metrics import Metrics
+from app.randomness import random_bytes
 
 access_log = logging.getLogger("schedlock.access")
 
@@ -37,28 +37,10 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 UNMATCHED = "unmatched"
 
 
-class _RequestIds:
-    """Random 16-hex-digit ids, cut from one ``os.urandom`` call per 512 ids rather than a call per request.
-    Random rather than counted, so ids do not tell callers how many requests the server has served."""
-
-    _BATCH = 512
-
-    def __init__(self) -> None:
-        self.reseed()
-        os.register_at_fork(after_in_child=self.reseed)  # a forked worker must not repeat its parent's ids
-
-    def reseed(self) -> None:
-        self._random, self._at = b"", 0
-
-    def new(self) -> str:
-        at = self._at
-        if at >= len(self._random):
-            self._random, at = os.urandom(8 * self._BATCH), 0
-        self._at = at + 8
-        return self._random[at : at + 8].hex()
-
-
-new_request_id = _RequestIds().new
+def new_request_id() -> str:
+    """A random 16-hex-digit id. Random rather than counted, so ids do not tell callers how many requests the
+    server has served; from the shared buffer of OS randomness (app.randomness), which a forked worker refills."""
+    return random_bytes(8).hex()
 
 
 def lock_outcome(operation: str, status: int, code: str | None = None) -> str:
