@@ -20,7 +20,7 @@ def test_bytes_are_handed_out_once_across_refills() -> None:
 
 
 def test_threads_never_take_the_same_bytes() -> None:
-    source, taken = RandomBytes(), []
+    source, taken = RandomBytes(), list[bytes]()
 
     def worker() -> None:
         taken.extend(source.take(16) for _ in range(2000))
