@@ -149,7 +149,8 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
     for label in labels:
         cpu = statistics.median(c for c, _ in results[label])
         wal = statistics.median(w for _, w in results[label])
-        print(f"{label:<48} {cpu:>11,.0f} µs {cpu / base:>11.2f} {wal:>7,.0f} B")
+        ratio = cpu / base if base else float("nan")  # a block too short for /proc's 10 ms ticks reads 0
+        print(f"{label:<48} {cpu:>11,.0f} µs {ratio:>11.2f} {wal:>7,.0f} B")
     pool.release(conn)
     await close_pool(pool, 5.0)
 
