@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from fastapi import FastAPI
 
-from app.errors import LockHeld, NotHolder
+from app.errors import LockHeld, NotHolder, StorageUnavailable
 from app.locking.batches import Batches
 from app.locking.rows import Lease
 from tests.support.java import JavaNode
@@ -187,3 +187,42 @@ async def test_a_batch_that_fails_answers_each_caller_as_alone(app: FastAPI, nam
     outcomes = await burst(store, [f"{name}-0", f"{name}-a", too_long, f"{name}-b"])
     assert isinstance(outcomes[0], Lease) and isinstance(outcomes[1], Lease) and isinstance(outcomes[3], Lease)
     assert isinstance(outcomes[2], asyncpg.StringDataRightTruncationError)
+
+
+async def test_waiting_is_bounded_behind_a_stuck_statement() -> None:
+    script = Script()
+    script.gate = asyncio.get_running_loop().create_future()  # the first statement never answers
+    batches: Batches[str, str] = Batches(script.one, script.many, key, overdue=0.05)
+    stuck = asyncio.ensure_future(batches.submit("a"))
+    await asyncio.sleep(0)
+    waiting = [asyncio.ensure_future(batches.submit(op)) for op in ("b", "c")]
+    await asyncio.sleep(0.01)
+    assert script.statements == [["a"]]  # coalescing: b and c wait for a...
+    await asyncio.sleep(0.1)
+    assert script.statements == [["a"], ["b", "c"]]  # ...but not longer than `overdue`: they go side by side
+    assert [await w for w in waiting] == ["b!!", "c!!"]
+    script.gate.set_result(None)
+    assert await stuck == "a!"
+
+
+async def test_a_batch_that_fails_for_everyone_answers_everyone_with_the_error() -> None:
+    script = Script()
+    script.gate = asyncio.get_running_loop().create_future()
+
+    async def unavailable(ops: Sequence[str]) -> list[str]:
+        script.statements.append(list(ops))
+        raise StorageUnavailable("acquire_batch: database unavailable (TimeoutError)")
+
+    def shared(error: Exception) -> Exception | None:
+        return StorageUnavailable(str(error)) if isinstance(error, StorageUnavailable) else None
+
+    batches: Batches[str, str] = Batches(script.one, unavailable, key, shared)
+    first = asyncio.ensure_future(batches.submit("a"))
+    await asyncio.sleep(0)
+    rest = [asyncio.ensure_future(batches.submit(op)) for op in ("b", "c")]
+    await asyncio.sleep(0)
+    script.gate.set_result(None)
+    assert await first == "a!"
+    errors = await asyncio.gather(*rest, return_exceptions=True)
+    assert all(isinstance(e, StorageUnavailable) for e in errors) and errors[0] is not errors[1]
+    assert script.statements == [["a"], ["b", "c"]]  # no second round of statements to wait out

@@ -230,3 +230,40 @@ async def test_grouped_refusals_are_each_counted_as_a_skip(app: FastAPI, client:
     (run,) = (await client.get(f"/v1/locks/{name}/runs")).json()["items"]
     assert run["skipped"] == 12
     assert (await release(client, name, token)).status_code == 200
+
+
+async def test_a_group_waits_no_longer_than_overdue_behind_a_stuck_statement() -> None:
+    flights: Flights[str] = Flights(overdue=0.05)
+    script = Script()
+    stuck = asyncio.ensure_future(flights.run("a", script.attempt("1"), follow))
+    await settle()
+    group = [asyncio.ensure_future(flights.run("a", script.attempt(w), follow)) for w in "23"]
+    await asyncio.sleep(0.01)
+    assert script.ran == ["1"]
+    await asyncio.sleep(0.1)
+    assert script.ran == ["1", "2"]  # 2 leads its group, side by side with the stuck statement
+    script.gates["2"].set_result("2 done")
+    assert [await g for g in group] == ["2 done", "after 2 done"]
+    script.gates["1"].set_result("1 done")
+    assert await stuck == "1 done"
+    assert flights.waiting("a") is None
+
+
+async def test_followers_raise_what_follow_says_for_a_failed_statement() -> None:
+    flights: Flights[str] = Flights()
+    script = Script()
+
+    def shared(outcome: str | BaseException) -> Any:
+        return StorageUnavailable("down") if isinstance(outcome, StorageUnavailable) else follow(outcome)
+
+    first = asyncio.ensure_future(flights.run("a", script.attempt("1"), shared))
+    await settle()
+    group = [asyncio.ensure_future(flights.run("a", script.attempt(w), shared)) for w in "234"]
+    await settle()
+    script.gates["1"].set_result("1 done")
+    await settle()
+    script.gates["2"].set_exception(StorageUnavailable("down"))
+    outcomes = await asyncio.gather(*group, return_exceptions=True)
+    assert all(isinstance(o, StorageUnavailable) for o in outcomes)
+    assert script.ran == ["1", "2"]  # 3 and 4 were answered with the error, not sent to wait it out again
+    assert await first == "1 done"

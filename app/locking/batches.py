@@ -6,8 +6,13 @@ WAL flush for many locks (the group commit etcd does with its raft proposals). d
   load nothing waits and nothing changes.
 - One statement holds each name at most once. A second operation on a name already in the batch waits for the next
   one, so it is decided after the first, exactly as if it had come after it.
-- A batch whose statement fails (the database unavailable, a deadlock with another process's batch, anything) falls
-  back to one statement per operation, side by side: each caller gets what its own statement answers.
+- A batch whose statement fails falls back to one statement per operation, side by side: each caller gets what its
+  own statement answers (a deadlock with another process's batch, a value one row cannot take, anything), unless
+  ``shared`` says the failure is everyone's: the database unavailable, where their own statements would only wait
+  out the same timeouts again. Then each caller gets that error.
+- Waiting is bounded: if the statement in flight has not answered within OVERDUE (a stuck database, a lost
+  connection), what waits goes at once as another statement, side by side, as it would have without coalescing.
+  So a caller's time stays within the database timeouts it had before, plus OVERDUE at most.
 - An operation joins only a batch whose statement has not been sent; a caller that goes away before then is left
   out. Once sent, the statement runs to its end for everyone in it, even if one caller has gone (a lone statement
   whose client disconnected may have committed too).
@@ -24,21 +29,29 @@ R = TypeVar("R")
 
 #: Operations per statement, at most: a batch of this many takes a few milliseconds; more would only wait longer.
 LIMIT = 64
+#: Seconds an operation waits for the statement in flight before going in a statement of its own, side by side. A
+#: statement takes milliseconds; one that takes this long is stuck, or the machine is saturated.
+OVERDUE = 0.05
 
 
 class Batches(Generic[A, R]):
     """``submit(args)``: ``one(args)`` runs the single statement; ``many([args, ...])`` the batched one, returning a
-    result per operation in the same order; ``key(args)`` is the name an operation is on."""
+    result per operation in the same order; ``key(args)`` is the name an operation is on; ``shared(error)``, for a
+    batch that failed, a copy of the error for each caller if it is everyone's, else None (one statement each)."""
 
     def __init__(
         self,
         one: Callable[[A], Awaitable[R]],
         many: Callable[[Sequence[A]], Awaitable[Sequence[R]]],
         key: Callable[[A], str],
+        shared: Callable[[Exception], Exception | None] = lambda _: None,
         limit: int = LIMIT,
+        overdue: float = OVERDUE,
     ) -> None:
-        self._one, self._many, self._key, self._limit = one, many, key, limit
-        self._busy = False
+        self._one, self._many, self._key, self._shared = one, many, key, shared
+        self._limit, self._overdue = limit, overdue
+        self._in_flight = 0
+        self._timer: asyncio.TimerHandle | None = None
         self._pending: list[tuple[A, asyncio.Future[R]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         #: Statements run, and operations they carried (batched ones only), for the tests and the benchmark.
@@ -46,15 +59,24 @@ class Batches(Generic[A, R]):
         self.batched = 0
 
     async def submit(self, args: A) -> R:
-        if not self._busy:
-            self._busy = True
+        if not self._in_flight:
+            self._in_flight += 1
             try:
                 return await self._one(args)
             finally:
+                self._in_flight -= 1
                 self._dispatch()
-        waiter: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[R] = loop.create_future()
         self._pending.append((args, waiter))
+        if self._timer is None:
+            self._timer = loop.call_later(self._overdue, self._on_overdue)
         return await waiter
+
+    def _on_overdue(self) -> None:
+        """The statement in flight is slow: what waits goes now, side by side with it."""
+        self._timer = None
+        self._dispatch()
 
     def _dispatch(self) -> None:
         """Send what has waited, as one statement; or, if nothing has, stand idle."""
@@ -71,10 +93,16 @@ class Batches(Generic[A, R]):
                 names.add(name)
                 batch.append((args, waiter))
         self._pending = later
+        loop = asyncio.get_running_loop()
+        if self._timer is not None and not later:  # nobody waits any more: the clock starts with the next one
+            self._timer.cancel()
+            self._timer = None
+        elif later and self._timer is None:  # left for a later statement: bounded like the rest
+            self._timer = loop.call_later(self._overdue, self._on_overdue)
         if not batch:
-            self._busy = False
             return
-        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._in_flight += 1
+        task = loop.create_task(self._run(batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -87,15 +115,22 @@ class Batches(Generic[A, R]):
         except BaseException:  # cancelled: the loop is shutting down. Nobody is left waiting.
             for _, waiter in (*batch, *self._pending):
                 waiter.cancel()
-            self._pending, self._busy = [], False
+            self._pending, self._in_flight = [], 0
             raise
+        self._in_flight -= 1
         self._dispatch()
 
     async def _together(self, batch: list[tuple[A, asyncio.Future[R]]]) -> None:
         try:
             results = await self._many([args for args, _ in batch])
-        except Exception:
-            await asyncio.gather(*(self._alone(args, waiter) for args, waiter in batch))
+        except Exception as exc:
+            if self._shared(exc) is None:
+                await asyncio.gather(*(self._alone(args, waiter) for args, waiter in batch))
+                return
+            for _, waiter in batch:
+                error = self._shared(exc)
+                if not waiter.done() and error is not None:
+                    waiter.set_exception(error)
             return
         self.batches += 1
         self.batched += len(batch)

@@ -5,8 +5,12 @@ that outcome decides the others without a statement of their own, exactly as if 
 by the holder it found). A caller joins only a group whose statement has not been sent yet, so its answer is the
 state of the lock at a moment between its arrival and its answer, as a statement of its own would have been.
 
-If the first caller's statement fails (the database is unavailable, the caller is cancelled, anything else), the
-others each run their own statement, concurrently, as if nothing had been coalesced.
+If the first caller's statement fails, ``follow`` decides for the others: the same error (the database is
+unavailable: their own statements would wait out the same timeouts), or each runs its own statement, side by side,
+as if nothing had been coalesced (the caller was cancelled, anything else).
+
+Waiting is bounded: if the statement in flight has not answered within app.locking.batches.OVERDUE, the callers
+queued behind it start their group at once, side by side with it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
+
+from app.locking.batches import OVERDUE
 
 T = TypeVar("T")
 
@@ -24,11 +30,13 @@ ALONE: Any = object()
 class Flights(Generic[T]):
     """``run(key, attempt, follow)``: ``attempt()`` runs the caller's own statement; ``follow(outcome)``, given the
     outcome of the statement a caller queued behind (its result, or the exception it raised), returns that caller's
-    result, or ALONE for "run your own statement"."""
+    result, an exception for it to raise, or ALONE for "run your own statement"."""
 
-    def __init__(self) -> None:
+    def __init__(self, overdue: float = OVERDUE) -> None:
         # A key is here while a statement for it is in flight; its list holds the callers that arrived meanwhile.
         self._queues: dict[str, list[asyncio.Future[Any]]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._overdue = overdue
 
     def waiting(self, key: str) -> int | None:
         """How many callers wait behind the statement in flight for ``key``; None if none is in flight."""
@@ -40,8 +48,11 @@ class Flights(Generic[T]):
         if queue is None:
             self._queues[key] = []
             return await self._lead(key, attempt, follow, [])
-        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Any] = loop.create_future()
         queue.append(waiter)
+        if key not in self._timers:
+            self._timers[key] = loop.call_later(self._overdue, self._next_group, key, False)
         try:
             role = await waiter
         except asyncio.CancelledError:
@@ -55,6 +66,8 @@ class Flights(Generic[T]):
             return await self._lead(key, attempt, follow, role)
         if role is ALONE:
             return await attempt()
+        if isinstance(role, BaseException):
+            raise role
         return role  # type: ignore[no-any-return]
 
     async def _lead(
@@ -83,7 +96,16 @@ class Flights(Generic[T]):
         for waiter in followers:
             if not waiter.done():
                 waiter.set_result(follow(outcome))
-        arrived = [w for w in self._queues.pop(key, ()) if not w.done()]
+        self._next_group(key, True)
+
+    def _next_group(self, key: str, statement_done: bool) -> None:
+        """Start the group of whoever arrived for ``key``: its statement is done, or overdue."""
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        arrived = [w for w in self._queues.get(key, ()) if not w.done()]
         if arrived:
             self._queues[key] = []
             arrived[0].set_result(arrived[1:])
+        elif statement_done:
+            self._queues.pop(key, None)

@@ -69,17 +69,18 @@ class LockStore:
         # "Contended"). Otherwise ON CONFLICT decides on the latest committed row, as ShedLock's statement does;
         # if a writer that committed after the snapshot wins, the second branch reports the row as the snapshot
         # saw it (not held), and acquire() reads it again.
+        take_over = f"""ON CONFLICT (name) DO UPDATE SET
+                lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at,
+                locked_by = EXCLUDED.locked_by, lease_token_hash = EXCLUDED.lease_token_hash,
+                lock_at_least_for = EXCLUDED.lock_at_least_for, slot = NULL
+              WHERE l.lock_until <= {NOW}"""
         self._acquire_sql = f"""
             WITH seen AS (SELECT {ROW} FROM {t} WHERE name = $1),
             taken AS (
               INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot)
               SELECT $1, {NOW} + $2::interval, {NOW}, $3::text, $4::bytea, $5::interval, NULL::text
               WHERE NOT EXISTS (SELECT FROM seen WHERE lock_until > {NOW})
-              ON CONFLICT (name) DO UPDATE SET
-                lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at,
-                locked_by = EXCLUDED.locked_by, lease_token_hash = EXCLUDED.lease_token_hash,
-                lock_at_least_for = EXCLUDED.lock_at_least_for, slot = NULL
-              WHERE l.lock_until <= {NOW}
+              {take_over}
               RETURNING {ROW})
             SELECT true AS ok, {ROW}, {NOW} AS db_time FROM taken
             UNION ALL
@@ -102,8 +103,9 @@ class LockStore:
             UNION ALL
             SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
         # The same two statements for many names at once (app.locking.batches): the arguments are arrays, one
-        # element per operation, each name at most once. Rows are taken in name order, so two batches never wait
-        # for each other's rows crosswise. A name neither taken nor seen (inserted after the snapshot) has no row.
+        # element per operation, each name at most once. Rows are asked for in name order (the acquire's insert
+        # follows it; for the release's join the planner has the last word), so two batches rarely wait for each
+        # other's rows crosswise. A name neither taken nor seen (inserted after the snapshot) has no row.
         self._acquire_many_sql = f"""
             WITH input AS (
               SELECT * FROM unnest($1::text[], $2::interval[], $3::text[], $4::bytea[], $5::interval[])
@@ -114,11 +116,7 @@ class LockStore:
               SELECT i.name, {NOW} + i.at_most, {NOW}, i.locked_by, i.token_hash, i.at_least, NULL::text FROM input i
               WHERE NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name AND s.lock_until > {NOW})
               ORDER BY i.name
-              ON CONFLICT (name) DO UPDATE SET
-                lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at,
-                locked_by = EXCLUDED.locked_by, lease_token_hash = EXCLUDED.lease_token_hash,
-                lock_at_least_for = EXCLUDED.lock_at_least_for, slot = NULL
-              WHERE l.lock_until <= {NOW}
+              {take_over}
               RETURNING {ROW})
             SELECT true AS ok, {ROW}, {NOW} AS db_time FROM taken
             UNION ALL
@@ -181,11 +179,13 @@ class LockStore:
             lambda args: self._one("acquire", self._acquire_sql, args),
             lambda ops: self._many("acquire_batch", self._acquire_many_sql, ops),
             _name_of,
+            _everyones,
         )
         self.releases: Batches[tuple[Any, ...], Any] = Batches(
             lambda args: self._one("release", self._release_sql, args),
             lambda ops: self._many("release_batch", self._release_many_sql, ops),
             _name_of,
+            _everyones,
         )
 
     async def fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
@@ -362,14 +362,25 @@ def _name_of(args: tuple[Any, ...]) -> str:
     return str(args[0])
 
 
-def _follow(outcome: Lease | LockRow | BaseException) -> Lease | LockRow:
+def _everyones(error: Exception) -> Exception | None:
+    """A copy of ``error`` for each caller of a failed statement when it would be theirs too: the database is
+    unavailable (their own statements would wait out the same timeouts) or not migrated. None otherwise."""
+    if isinstance(error, StorageUnavailable | SchemaNotMigrated):
+        return type(error)(error.message, **error.details)
+    return None
+
+
+def _follow(outcome: Lease | LockRow | BaseException) -> Any:
     """An acquire that queued behind another of the same name: after a lease was granted or the holder found, the
-    lock is held, by that lease or that holder; after anything else, it runs its own statement."""
+    lock is held, by that lease or that holder; after the database failed, the same error; after anything else
+    (the first caller was cancelled, say), it runs its own statement."""
     if isinstance(outcome, Lease):
         return outcome.row
     if isinstance(outcome, LockRow):
         return outcome
-    return ALONE  # type: ignore[no-any-return]
+    if isinstance(outcome, Exception) and (error := _everyones(outcome)) is not None:
+        return error
+    return ALONE
 
 
 def _slot_done(name: str, current: LockRow) -> SlotDone:
