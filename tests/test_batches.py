@@ -47,7 +47,7 @@ def key(args: str) -> str:
 async def test_arrivals_during_a_statement_go_together_and_a_name_only_once() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[str, str] = Batches(script.one, script.many, key, limit=3)
+    batches: Batches[str, str] = Batches(script.one, script.many, key, limit=3, concurrency=1)
     first = asyncio.ensure_future(batches.submit("a"))
     await asyncio.sleep(0)
     rest = [asyncio.ensure_future(batches.submit(op)) for op in ("b", "c", "b#2", "d", "e")]
@@ -64,7 +64,7 @@ async def test_arrivals_during_a_statement_go_together_and_a_name_only_once() ->
 async def test_a_failed_batch_falls_back_to_one_statement_each() -> None:
     script = Script(fail_many=True)
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[str, str] = Batches(script.one, script.many, key)
+    batches: Batches[str, str] = Batches(script.one, script.many, key, concurrency=1)
     first = asyncio.ensure_future(batches.submit("a"))
     await asyncio.sleep(0)
     rest = [asyncio.ensure_future(batches.submit(op)) for op in ("b", "bad", "c")]
@@ -81,7 +81,7 @@ async def test_a_failed_batch_falls_back_to_one_statement_each() -> None:
 async def test_a_caller_gone_before_its_statement_is_left_out() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[str, str] = Batches(script.one, script.many, key)
+    batches: Batches[str, str] = Batches(script.one, script.many, key, concurrency=1)
     first = asyncio.ensure_future(batches.submit("a"))
     await asyncio.sleep(0)
     gone = asyncio.ensure_future(batches.submit("b"))
@@ -96,9 +96,21 @@ async def test_a_caller_gone_before_its_statement_is_left_out() -> None:
 
 async def test_idle_means_nothing_waits() -> None:
     script = Script()
-    batches: Batches[str, str] = Batches(script.one, script.many, key)
+    batches: Batches[str, str] = Batches(script.one, script.many, key, concurrency=1)
     assert [await batches.submit(op) for op in "abc"] == ["a!", "b!", "c!"]
     assert script.statements == [["a"], ["b"], ["c"]]
+
+
+async def test_callers_wait_only_beyond_the_statements_allowed_in_flight() -> None:
+    script = Script()
+    script.gate = asyncio.get_running_loop().create_future()
+    batches: Batches[str, str] = Batches(script.one, script.many, key, concurrency=2)
+    calls = [asyncio.ensure_future(batches.submit(op)) for op in "abcd"]
+    await asyncio.sleep(0)
+    assert script.statements == [["a"], ["b"]]  # two at once, each alone; c and d wait to go together
+    script.gate.set_result(None)
+    assert await asyncio.gather(*calls) == ["a!", "b!", "c!!", "d!!"]
+    assert script.statements == [["a"], ["b"], ["c", "d"]]
 
 
 # The store's batched statements on a real Postgres. A burst started in one go: the first runs alone, the others
@@ -138,7 +150,8 @@ async def test_a_batch_mixes_free_held_and_stale_tokens_correctly(app: FastAPI, 
     held, free, other = f"{name}-a-held", f"{name}-b-free", f"{name}-c"
     holder = await store.acquire(held, AT_MOST, timedelta(0), "holder")
     mine = await store.acquire(other, AT_MOST, timedelta(0), "mine")
-    outcomes = await burst(store, [f"{name}-0-first", held, free])
+    outcomes = await burst(store, [f"{name}-0-first", f"{name}-0-second", held, free])
+    outcomes = [outcomes[0], *outcomes[2:]]  # the second only makes the first two go alone, the rest as a batch
     assert isinstance(outcomes[0], Lease) and isinstance(outcomes[2], Lease)
     assert isinstance(outcomes[1], LockHeld) and outcomes[1].details["locked_by"] == "holder"
     # releases in one burst: a good token, a stale one (never issued for that name), the same lease twice
@@ -170,29 +183,33 @@ async def test_a_batch_waits_for_a_java_takeover_and_reports_java_as_the_holder(
             takeover = JavaNode(conn, store.table, hostname="java-host-7")
             assert await takeover.take_over(taken, 600)  # Java has the row, not yet committed
             before = store.acquires.batches
-            pending = asyncio.ensure_future(burst(store, [f"{name}-0", taken, f"{name}-b", f"{name}-c"]))
+            # the first two go alone (the statements allowed in flight); the rest wait and go as one batch
+            names = [f"{name}-0", f"{name}-1", taken, f"{name}-b", f"{name}-c"]
+            pending = asyncio.ensure_future(burst(store, names))
             await asyncio.sleep(0.3)
             assert not pending.done()  # the batch waits for Java's commit on the row
         finally:
             await tx.commit()
         outcomes = await asyncio.wait_for(pending, 10)
     assert store.acquires.batches == before + 1
-    assert isinstance(outcomes[1], LockHeld) and outcomes[1].details["locked_by"] == "java-host-7"
-    assert all(isinstance(o, Lease) for o in (outcomes[0], outcomes[2], outcomes[3]))
+    assert isinstance(outcomes[2], LockHeld) and outcomes[2].details["locked_by"] == "java-host-7"
+    assert all(isinstance(o, Lease) for o in (outcomes[0], outcomes[1], outcomes[3], outcomes[4]))
 
 
 async def test_a_batch_that_fails_answers_each_caller_as_alone(app: FastAPI, name: str) -> None:
     store = app.state.store
     too_long = f"{name}-" + "x" * 80  # the HTTP layer refuses it; the table's column (64) makes its statement fail
-    outcomes = await burst(store, [f"{name}-0", f"{name}-a", too_long, f"{name}-b"])
-    assert isinstance(outcomes[0], Lease) and isinstance(outcomes[1], Lease) and isinstance(outcomes[3], Lease)
-    assert isinstance(outcomes[2], asyncpg.StringDataRightTruncationError)
+    before = store.acquires.batches
+    outcomes = await burst(store, [f"{name}-0", f"{name}-1", f"{name}-a", too_long, f"{name}-b"])
+    assert all(isinstance(outcomes[i], Lease) for i in (0, 1, 2, 4))
+    assert isinstance(outcomes[3], asyncpg.StringDataRightTruncationError)
+    assert store.acquires.batches == before  # the batch failed; each then ran alone
 
 
 async def test_waiting_is_bounded_behind_a_stuck_statement() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()  # the first statement never answers
-    batches: Batches[str, str] = Batches(script.one, script.many, key, overdue=0.05)
+    batches: Batches[str, str] = Batches(script.one, script.many, key, overdue=0.05, concurrency=1)
     stuck = asyncio.ensure_future(batches.submit("a"))
     await asyncio.sleep(0)
     waiting = [asyncio.ensure_future(batches.submit(op)) for op in ("b", "c")]
@@ -216,7 +233,7 @@ async def test_a_batch_that_fails_for_everyone_answers_everyone_with_the_error()
     def shared(error: Exception) -> Exception | None:
         return StorageUnavailable(str(error)) if isinstance(error, StorageUnavailable) else None
 
-    batches: Batches[str, str] = Batches(script.one, unavailable, key, shared)
+    batches: Batches[str, str] = Batches(script.one, unavailable, key, shared, concurrency=1)
     first = asyncio.ensure_future(batches.submit("a"))
     await asyncio.sleep(0)
     rest = [asyncio.ensure_future(batches.submit(op)) for op in ("b", "c")]
