@@ -20,6 +20,7 @@ from app.ops.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, con
 from app.settings import Settings
 from tests.support.api import acquire, release
 from tests.support.apps import in_process
+from tests.support.fork import first_in_forked_child
 from tests.support.logs import access, captured, lines
 from tests.support.servers import start_server, stop_server
 
@@ -282,15 +283,7 @@ def test_the_real_server_writes_json_lines_without_secrets(settings: Settings, n
 def test_new_request_ids_are_random_and_a_forked_child_does_not_repeat_them() -> None:
     ids = [new_request_id() for _ in range(1100)]  # more than one batch of random bytes
     assert len(set(ids)) == len(ids) and all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its first id must not be the one its parent is about to hand out
-        os.write(write_end, new_request_id().encode())
-        os._exit(0)
-    os.waitpid(pid, 0)
-    child_id = os.read(read_end, 16).decode()
-    os.close(read_end)
-    os.close(write_end)
+    child_id = first_in_forked_child(new_request_id)  # must not be the one its parent is about to hand out
     assert re.fullmatch(r"[0-9a-f]{16}", child_id) and child_id != new_request_id()
 
 

@@ -3,12 +3,12 @@ every byte handed out once, across refills, threads and a fork."""
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 
 from app.locking.leases import new_locked_by, new_token
 from app.randomness import RandomBytes
+from tests.support.fork import first_in_forked_child
 
 
 def test_bytes_are_handed_out_once_across_refills() -> None:
@@ -39,13 +39,5 @@ def test_tokens_and_lease_ids_are_fresh_and_a_forked_child_does_not_repeat_them(
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{43}", t) and not t.startswith("-") for t in tokens)
     ids = {new_locked_by("job").rsplit(" ", 1)[1] for _ in range(500)}
     assert len(ids) == 500
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its first token must not be the one its parent is about to hand out
-        os.write(write_end, new_token().encode())
-        os._exit(0)
-    os.waitpid(pid, 0)
-    child_token = os.read(read_end, 64).decode()
-    os.close(read_end)
-    os.close(write_end)
+    child_token = first_in_forked_child(new_token)  # the one its parent is about to hand out, if not reseeded
     assert len(child_token) == 43 and child_token != new_token()
