@@ -151,7 +151,7 @@ async def test_a_batch_mixes_free_held_and_stale_tokens_correctly(app: FastAPI, 
     holder = await store.acquire(held, AT_MOST, timedelta(0), "holder")
     mine = await store.acquire(other, AT_MOST, timedelta(0), "mine")
     outcomes = await burst(store, [f"{name}-0-first", f"{name}-0-second", held, free])
-    outcomes = [outcomes[0], *outcomes[2:]]  # the second only makes the first two go alone, the rest as a batch
+    outcomes = [outcomes[0], *outcomes[2:]]  # the second: so that held and free are batched with CONCURRENCY 2 too
     assert isinstance(outcomes[0], Lease) and isinstance(outcomes[2], Lease)
     assert isinstance(outcomes[1], LockHeld) and outcomes[1].details["locked_by"] == "holder"
     # releases in one burst: a good token, a stale one (never issued for that name), the same lease twice
@@ -183,7 +183,7 @@ async def test_a_batch_waits_for_a_java_takeover_and_reports_java_as_the_holder(
             takeover = JavaNode(conn, store.table, hostname="java-host-7")
             assert await takeover.take_over(taken, 600)  # Java has the row, not yet committed
             before = store.acquires.batches
-            # the first two go alone (the statements allowed in flight); the rest wait and go as one batch
+            # the first goes alone (two with CONCURRENCY 2); the rest wait and go as one batch
             names = [f"{name}-0", f"{name}-1", taken, f"{name}-b", f"{name}-c"]
             pending = asyncio.ensure_future(burst(store, names))
             await asyncio.sleep(0.3)

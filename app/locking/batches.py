@@ -2,9 +2,8 @@
 arrive wait, and go together as one statement over arrays when it is done: one round trip, one transaction, one
 WAL flush for many locks (the group commit etcd does with its raft proposals). docs/performance.md, "Coalescing".
 
-- A caller that finds fewer than CONCURRENCY statements of its kind in flight runs its own, the single-name
-  statement, at once: at low load nothing waits and nothing changes. Only beyond that do callers wait and go
-  together.
+- A caller that finds no statement of its kind in flight (fewer than CONCURRENCY) runs its own, the single-name
+  statement, at once: at low load nothing waits and nothing changes.
 - One statement holds each name at most once. A second operation on a name already in the batch waits for the next
   one, so it is decided after the first, exactly as if it had come after it.
 - A batch whose statement fails falls back to one statement per operation, side by side: each caller gets what its
@@ -30,10 +29,10 @@ R = TypeVar("R")
 
 #: Operations per statement, at most: a batch of this many takes a few milliseconds; more would only wait longer.
 LIMIT = 64
-#: Statements of a kind in flight before callers wait to go together. 1 coalesces the most but makes every caller
-#: that arrives during a statement wait for it, which shows in the tail latency at moderate load; 2 leaves that
-#: load alone and still coalesces under a full one (docs/performance.md, "Coalescing").
-CONCURRENCY = 2
+#: Statements of a kind in flight before callers wait to go together. 1 makes every caller that arrives during a
+#: statement wait for it; 2 was tried so that moderate loads would not wait at all, and did worse at the tail of the
+#: 500 cycles/s run as well as under full load (docs/performance.md, "Coalescing").
+CONCURRENCY = 1
 #: Seconds an operation waits for the statement in flight before going in a statement of its own, side by side. A
 #: statement takes milliseconds; one that takes this long is stuck, or the machine is saturated.
 OVERDUE = 0.05
