@@ -1,9 +1,10 @@
 """All lock SQL, in one place: ShedLock's statements (../shared/SHEDLOCK.md) plus lease tokens.
 
 Every operation is one atomic statement, run in its own implicit transaction, whose guard sits in its WHERE
-clause; "now" is always ``timezone('utc', CURRENT_TIMESTAMP)``, the database's clock. Acquire, release and
-extend each return both the outcome and, when they fail, the row as it stands, so one round trip decides
-and explains.
+clause (acquires and releases that arrive together may share a statement over arrays, each answered as if alone:
+app.locking.flights, app.locking.batches); "now" is always ``timezone('utc', CURRENT_TIMESTAMP)``, the database's
+clock. Acquire, release and extend each return both the outcome and, when they fail, the row as it stands, so one
+round trip decides and explains.
 
 Lease tokens: acquire generates a random secret; only its SHA-256 is stored (``lease_token_hash``). Release and
 extend match on that hash, so they only touch the row while it still carries this lease. When a Java node
@@ -66,7 +67,7 @@ class LockStore:
         # Insert, or take over an expired row: ShedLock's acquire, plus the lease columns. A row the statement's
         # snapshot shows held is refused by reading alone: no INSERT is attempted, so a refusal takes no row lock,
         # no transaction id and writes no WAL, and never waits behind the holder's commit (docs/performance.md,
-        # "Contended"). Otherwise ON CONFLICT decides on the latest committed row, as ShedLock's statement does;
+        # "Coalescing"). Otherwise ON CONFLICT decides on the latest committed row, as ShedLock's statement does;
         # if a writer that committed after the snapshot wins, the second branch reports the row as the snapshot
         # saw it (not held), and acquire() reads it again.
         take_over = f"""ON CONFLICT (name) DO UPDATE SET
