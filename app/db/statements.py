@@ -38,7 +38,12 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     # primary yet), or a connection's server was turned into a standby under it.
     asyncpg.TargetServerAttributeNotMatched,
     asyncpg.ReadOnlySQLTransactionError,
+    # The client's protocol state is broken ("another operation is in progress"): seen once, during a failover
+    # under load, on a connection an earlier connection-level failure had left mid-operation. Nothing was sent.
+    asyncpg.InternalClientError,
 )
+#: Failures after which a connection is never lent again (the pool opens a new one).
+_DROP_CONNECTION: tuple[type[BaseException], ...] = (asyncio.CancelledError, *_UNAVAILABLE)
 
 
 async def create_pool(settings: Settings) -> StatementPool:
@@ -115,9 +120,9 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
             rows: list[Any] = await conn.fetch(sql, *args)
             if _warned and conn in _warned:
                 raise _unconfirmed(action)
-        except (TimeoutError, asyncio.CancelledError, asyncpg.ReadOnlySQLTransactionError):
-            # Read-only: this connection's server is a standby now (a switchover). Dropped like a stuck one, so
-            # the next connection finds the primary.
+        except _DROP_CONNECTION:
+            # A connection that failed this way is never lent again; the pool opens a new one. Read-only: its server
+            # is a standby now (a switchover), so the next connection finds the primary.
             conn.terminate()
             raise
         finally:
