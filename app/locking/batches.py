@@ -59,7 +59,7 @@ class Batches(Generic[A, R]):
         self._timer: asyncio.TimerHandle | None = None
         self._pending: list[tuple[A, asyncio.Future[R]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        #: Statements run, and operations they carried (batched ones only), for the tests and the benchmark.
+        #: Statements run, and operations they carried (batched ones only), what the tests look at.
         self.batches = 0
         self.batched = 0
 
@@ -152,8 +152,3 @@ class Batches(Generic[A, R]):
             return
         if not waiter.done():
             waiter.set_result(result)
-
-    async def drain(self) -> None:
-        """Wait for the statements in flight (shutdown, tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
