@@ -25,10 +25,10 @@ from app.db.migrate import head_revision, known_revisions, schema_problem, versi
 from app.db.schema import qualified_name, skips_table
 from app.db.statements import close_pool, create_pool
 from app.errors import StorageUnavailable
-from app.locking.history import History
-from app.locking.periodic import history_chores
-from app.locking.retention import Pruner
-from app.locking.skips import SkipCounter
+from app.history.chores import history_chores
+from app.history.retention import Pruner
+from app.history.runs import History
+from app.history.skips import SkipCounter
 from app.locking.store import LockStore
 from app.ops.metrics import Metrics
 from app.settings import Settings
@@ -79,7 +79,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pool = await create_pool(settings)
         skips = SkipCounter(skips_table(settings.table_name, settings.table_schema))
-        store = LockStore(
+        store = LockStore.over(
             pool,
             settings.table_name,
             settings.table_schema,
@@ -87,7 +87,8 @@ def create_app(
             observe=metrics.observe_db,
             on_held=skips.count,
         )
-        history = History(store, settings.table_name, settings.table_schema)
+        statements = store.statements
+        history = History(statements, settings.table_name, settings.table_schema)
         pruner = (
             Pruner(store, history, settings.history_retention, settings.history_prune_batch)
             if settings.history_retention
@@ -100,7 +101,7 @@ def create_app(
             gc.collect()
             gc.freeze()
         chores = history_chores(
-            store, skips, pruner, settings.history_flush_interval, settings.history_prune_interval.total_seconds()
+            statements, skips, pruner, settings.history_flush_interval, settings.history_prune_interval.total_seconds()
         )
         try:
             async with authenticator.reloading(), chores:

@@ -40,6 +40,16 @@ class _OneConnection:
     def release(self, conn: Any) -> None:
         pass
 
+    # Never busy: each client runs one statement at a time on its own connection, so nothing coalesces.
+    def get_idle_size(self) -> int:
+        return 1
+
+    def get_size(self) -> int:
+        return 1
+
+    def get_max_size(self) -> int:
+        return 1
+
 
 def run_direct(database_url: str, table: str, load: Load) -> Phase:
     """Drive ``load`` (modes "own" and "random") against the database; blocks for ``load.seconds``."""
@@ -68,7 +78,7 @@ async def _run(database_url: str, table: str, load: Load) -> Phase:
         raise failed[0]
     try:
         phase = Phase(seconds=0.0, counts={"acq_ok": 0, "rel_ok": 0})
-        stores = [LockStore(_OneConnection(c), name, schema or None, 5.0) for c in conns]
+        stores = [LockStore.over(_OneConnection(c), name, schema or None, 5.0) for c in conns]  # type: ignore[arg-type]
         backends = [c.get_server_pid() for c in conns]
         before = cpu_of(backends)
         start = time.perf_counter()

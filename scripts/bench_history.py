@@ -46,8 +46,8 @@ from app.db import migrate
 from app.db.schema import qualified_name, quote_ident
 from app.db.statements import close_pool, create_pool
 from app.errors import LockHeld
+from app.history.skips import SkipCounter
 from app.locking.rows import LockRow
-from app.locking.skips import SkipCounter
 from app.locking.store import LockStore
 from app.settings import Settings
 from bench import target
@@ -130,11 +130,11 @@ def pgbench_scripts(store: LockStore, workdir: Path) -> dict[str, Path]:
         return " ".join(sql.split()) + ";\n"  # pgbench reads one statement per line
 
     own = "('pg-' || :client_id || '-' || :n)"
-    release = store._release_sql.replace("$3", "$M").replace("$2", "$4")  # the hash is the acquire's $4
+    release = store.sql.release.replace("$3", "$M").replace("$2", "$4")  # the hash is the acquire's $4
     release = release.replace("$M", "decode(md5($1 || 'r') || md5($1 || 'r'), 'hex')")
     scripts = {
-        "cycle": "\\set n random(1, 1024)\n" + statement(store._acquire_sql, own) + statement(release, own),
-        "refused acquire": "\\set n random(1, 4)\n" + statement(store._acquire_sql, "('held-' || :n)"),
+        "cycle": "\\set n random(1, 1024)\n" + statement(store.sql.acquire, own) + statement(release, own),
+        "refused acquire": "\\set n random(1, 4)\n" + statement(store.sql.acquire, "('held-' || :n)"),
     }
     paths = {}
     for label, text in scripts.items():
@@ -189,7 +189,7 @@ async def run(args: argparse.Namespace, settings: Settings, server: target.Serve
     url, table = args.database_url, qualified_name(settings.table_name, settings.table_schema)
     trigger = quote_ident(f"{settings.table_name}_schedlock_runs")
     pool = await create_pool(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}))
-    store = LockStore(pool, settings.table_name, settings.table_schema, 5.0, on_held=SkipCounter("x").count)
+    store = LockStore.over(pool, settings.table_name, settings.table_schema, 5.0, on_held=SkipCounter("x").count)
     pid = (await store.fetch("get", "SELECT pg_backend_pid() AS pid"))[0]["pid"]
     postmaster = parent_pid(pid)
     await store.fetch(

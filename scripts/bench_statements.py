@@ -8,7 +8,7 @@ lock cycles (acquire + release of a free name) and of refused acquires (a held n
 
 - ShedLock: Java's JdbcTemplateLockProvider statements with usingDbTime() (insert-or-take-over, then unlock);
 - schedlock, one name per statement: the store's acquire and release;
-- schedlock, 16 names per statement: the store's batched acquire and release (app.locking.batches);
+- schedlock, 16 names per statement: the store's batched acquire and release (app.coalescing.batches);
 - refused, before and after this round: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (which locks the row it
   refuses) against the store's acquire, which refuses from its snapshot.
 
@@ -90,9 +90,9 @@ class Variants:
         for name in self.names("one"):
             token = new_token()
             args = (name, AT_MOST, "bench", hash_token(token), timedelta(0))
-            await self.conn.fetch(self.store._acquire_sql, *args)
+            await self.conn.fetch(self.store.sql.acquire, *args)
             h = hash_token(token)
-            await self.conn.fetch(self.store._release_sql, name, h, released_marker(h), True)
+            await self.conn.fetch(self.store.sql.release, name, h, released_marker(h), True)
 
     async def batched_cycles(self) -> None:
         names = self.names("many")
@@ -101,10 +101,10 @@ class Variants:
             hashes = [hash_token(new_token()) for _ in group]
             n = len(group)
             await self.conn.fetch(
-                self.store._acquire_many_sql, group, [AT_MOST] * n, ["bench"] * n, hashes, [timedelta(0)] * n
+                self.store.sql.acquire_many, group, [AT_MOST] * n, ["bench"] * n, hashes, [timedelta(0)] * n
             )
             await self.conn.fetch(
-                self.store._release_many_sql, group, hashes, [released_marker(h) for h in hashes], [True] * n
+                self.store.sql.release_many, group, hashes, [released_marker(h) for h in hashes], [True] * n
             )
 
     async def refused(self, sql: str) -> None:
@@ -124,17 +124,17 @@ async def measure(conn: Any, pid: int, work: Callable[[], Awaitable[None]], lock
 async def run(args: argparse.Namespace, settings: Settings) -> None:
     pool = await create_pool(settings)
     conn = await pool.acquire(5.0)
-    store = LockStore(pool, settings.table_name, settings.table_schema, 5.0)
+    store = LockStore.over(pool, settings.table_name, settings.table_schema, 5.0)
     pid = conn.get_server_pid()
     for i in range(4):  # the held names the refusals find
-        await conn.fetch(store._acquire_sql, f"held-{i}", timedelta(hours=1), "holder", b"h" * 32, timedelta(0))
+        await conn.fetch(store.sql.acquire, f"held-{i}", timedelta(hours=1), "holder", b"h" * 32, timedelta(0))
     variants = Variants(store, conn, args.locks)
     plan: dict[str, Callable[[], Awaitable[None]]] = {
         "cycle: ShedLock (Java's statements)": variants.shedlock_cycles,
         "cycle: schedlock, one name per statement": variants.single_cycles,
         f"cycle: schedlock, {BATCH} names per statement": variants.batched_cycles,
         "refused: INSERT ... ON CONFLICT (before)": lambda: variants.refused(locking_refusal_sql(store.table)),
-        "refused: schedlock's acquire (now)": lambda: variants.refused(store._acquire_sql),
+        "refused: schedlock's acquire (now)": lambda: variants.refused(store.sql.acquire),
     }
     results: dict[str, list[tuple[float, float]]] = {label: [] for label in plan}
     labels = list(plan)

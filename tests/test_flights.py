@@ -1,4 +1,4 @@
-"""Acquires of one name that arrive while one is in flight are decided together (app.locking.flights): the group's
+"""Acquires of one name that arrive while one is in flight are decided together (app.coalescing.flights): the group's
 first runs the statement, the others follow its outcome as if each came right after it; a failed statement sends
 the others to run their own. First the mechanism with scripted statements, then the store on a real Postgres."""
 
@@ -12,8 +12,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.coalescing.flights import Alone, Answer, Failed, Flights, Outcome
 from app.errors import LockHeld, StorageUnavailable
-from app.locking.flights import ALONE, Flights
 from app.locking.rows import Lease
 from tests.support.api import acquire, release
 from tests.support.java import JavaNode
@@ -35,8 +35,8 @@ class Script:
         return run
 
 
-def follow(outcome: str | BaseException) -> str:
-    return f"after {outcome}" if isinstance(outcome, str) else ALONE
+def follow(outcome: Outcome[str]) -> Answer[str] | Failed | Alone:
+    return Answer(f"after {outcome.value}") if isinstance(outcome, Answer) else Alone()
 
 
 async def settle() -> None:
@@ -166,26 +166,27 @@ AT_MOST = timedelta(minutes=10)
 
 def counting(app: FastAPI) -> tuple[list[str], Any]:
     """Count the store's statements (its observer), restoring the real one afterwards."""
-    store, seen = app.state.store, []
-    real = store._observe
+    statements, seen = app.state.store.statements, []
+    real = statements.observe
 
     def observe(operation: str, seconds: float, outcome: str) -> None:
         seen.append(operation)
         if real is not None:
             real(operation, seconds, outcome)
 
-    return seen, (store, real, observe)
+    return seen, (statements, real, observe)
 
 
 async def test_many_acquires_of_one_name_grant_one_lease_in_few_statements(app: FastAPI, name: str) -> None:
-    seen, (store, real, observe) = counting(app)
-    store._observe = observe
+    seen, (statements, real, observe) = counting(app)
+    statements.observe = observe
     try:
         outcomes = await asyncio.gather(
-            *(store.acquire(name, AT_MOST, timedelta(0), f"node-{i}") for i in range(40)), return_exceptions=True
+            *(app.state.store.acquire(name, AT_MOST, timedelta(0), f"node-{i}") for i in range(40)),
+            return_exceptions=True,
         )
     finally:
-        store._observe = real
+        statements.observe = real
     leases = [o for o in outcomes if isinstance(o, Lease)]
     refused = [o for o in outcomes if isinstance(o, LockHeld)]
     assert len(leases) == 1 and len(refused) == 39
@@ -226,25 +227,27 @@ async def test_grouped_refusals_are_each_counted_as_a_skip(app: FastAPI, client:
     token = (await acquire(client, name)).json()["token"]
     results = await asyncio.gather(*(acquire(client, name) for _ in range(12)))
     assert [r.status_code for r in results] == [409] * 12
-    await app.state.skips.flush(app.state.store)
+    await app.state.skips.flush(app.state.store.statements)
     (run,) = (await client.get(f"/v1/locks/{name}/runs")).json()["items"]
     assert run["skipped"] == 12
     assert (await release(client, name, token)).status_code == 200
 
 
-async def test_a_group_waits_no_longer_than_overdue_behind_a_stuck_statement() -> None:
-    flights: Flights[str] = Flights(overdue=0.05)
+async def test_a_key_is_never_in_two_statements_even_behind_a_stuck_one() -> None:
+    # Issue 20: a second statement for the same name would only queue on the same row (a row another transaction
+    # holds locked), taking a connection with it. The group waits for the stuck statement, however long it takes.
+    flights: Flights[str] = Flights()
     script = Script()
     stuck = asyncio.ensure_future(flights.run("a", script.attempt("1"), follow))
     await settle()
     group = [asyncio.ensure_future(flights.run("a", script.attempt(w), follow)) for w in "23"]
-    await asyncio.sleep(0.01)
-    assert script.ran == ["1"]
-    await asyncio.sleep(0.1)
-    assert script.ran == ["1", "2"]  # 2 leads its group, side by side with the stuck statement
+    await asyncio.sleep(0.2)
+    assert script.ran == ["1"] and flights.waiting("a") == 2
+    script.gates["1"].set_result("1 done")
+    await settle()
+    assert script.ran == ["1", "2"]
     script.gates["2"].set_result("2 done")
     assert [await g for g in group] == ["2 done", "after 2 done"]
-    script.gates["1"].set_result("1 done")
     assert await stuck == "1 done"
     assert flights.waiting("a") is None
 
@@ -253,8 +256,10 @@ async def test_followers_raise_what_follow_says_for_a_failed_statement() -> None
     flights: Flights[str] = Flights()
     script = Script()
 
-    def shared(outcome: str | BaseException) -> Any:
-        return StorageUnavailable("down") if isinstance(outcome, StorageUnavailable) else follow(outcome)
+    def shared(outcome: Outcome[str]) -> Answer[str] | Failed | Alone:
+        if isinstance(outcome, Failed) and isinstance(outcome.error, StorageUnavailable):
+            return Failed(StorageUnavailable("down"))
+        return follow(outcome)
 
     first = asyncio.ensure_future(flights.run("a", script.attempt("1"), shared))
     await settle()

@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.api.routes.runs import run_view
-from app.locking.history import Run
+from app.history.runs import Run
 from app.settings import Settings
 from tests.support.api import acquire, release, ts
 from tests.support.apps import in_process

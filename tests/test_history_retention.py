@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.locking.retention import RETENTION_LOCK
+from app.history.retention import RETENTION_LOCK
 from app.settings import Settings
 from tests.support.api import acquire
 from tests.support.apps import in_process, migrated_table

@@ -24,7 +24,7 @@ async def test_a_refused_acquire_takes_no_transaction_id(
     app: FastAPI, client: httpx.AsyncClient, db: Any, name: str
 ) -> None:
     assert (await acquire(client, name)).status_code == 200
-    sql = app.state.store._acquire_sql
+    sql = app.state.store.sql.acquire
     async with db.acquire() as conn, conn.transaction():
         (row,) = await conn.fetch(sql, *acquire_args(name))
         assert row["ok"] is False and row["locked_by"] != "refusal-test"
@@ -39,7 +39,7 @@ async def test_a_refused_acquire_takes_no_transaction_id(
 
 async def test_an_acquire_that_takes_the_row_has_a_transaction(app: FastAPI, db: Any, name: str) -> None:
     # The witness for the test above: the same probe sees the write when the acquire succeeds.
-    sql = app.state.store._acquire_sql
+    sql = app.state.store.sql.acquire
     async with db.acquire() as conn:
         tx = conn.transaction()
         await tx.start()

@@ -1,4 +1,4 @@
-"""Cron schedules (app.locking.schedules): parsing, aliases, the ticks around a moment, and the DST rule the docs
+"""Cron schedules (app.schedules.cron): parsing, aliases, the ticks around a moment, and the DST rule the docs
 promise (Debian cron's, as cronsim implements it). No database: this is pure computation."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.errors import InvalidRequest
-from app.locking.schedules import ALIASES, parse_schedule
-from app.locking.slots import around, fixed
+from app.locking.slots import fixed
 from app.locking.timefmt import format_time
+from app.schedules.cron import ALIASES, parse_schedule
+from app.schedules.ticks import around
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -13,11 +13,11 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
-import app.locking.skips as skips_module
+import app.history.skips as skips_module
 from app.db.statements import close_pool, create_pool
 from app.errors import StorageUnavailable
+from app.history.skips import SkipCounter
 from app.locking.rows import LockRow
-from app.locking.skips import SkipCounter
 from app.locking.store import LockStore
 from app.settings import Settings
 from tests.support.api import acquire
@@ -69,7 +69,7 @@ async def test_a_failed_flush_keeps_its_counts(
     )
     pool = await create_pool(dead)
     try:
-        down = LockStore(pool, dead.table_name, dead.table_schema, 1.0)
+        down = LockStore.over(pool, dead.table_name, dead.table_schema, 1.0)
         with pytest.raises(StorageUnavailable):
             await counter.flush(down)
     finally:

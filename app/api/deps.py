@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from app.auth.authenticator import Authenticator, Principal
-from app.locking.history import History
+from app.history.runs import History
 from app.locking.store import LockStore
 from app.settings import Settings
 

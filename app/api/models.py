@@ -9,9 +9,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from app.locking.durations import DurationError, parse_duration
 from app.locking.names import CONTROL_CHARS, HOLDER_MAX
-from app.locking.schedules import SCHEDULE_MAX, TIMEZONE_MAX
 from app.locking.slots import SLOT_FORBIDDEN, SLOT_MAX
 from app.locking.timefmt import format_time
+from app.schedules.cron import SCHEDULE_MAX, TIMEZONE_MAX
 
 
 def _to_duration(value: Any) -> timedelta:

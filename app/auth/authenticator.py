@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.auth.tokens import ALL_NAMES, B64TOKEN, TokenConfigError, TokenEntry, digest, parse_tokens
+from app.background import in_background
 from app.errors import Forbidden, Unauthorized
-from app.locking.periodic import in_background
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock.auth")

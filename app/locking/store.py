@@ -1,239 +1,133 @@
-"""All lock SQL, in one place: ShedLock's statements (../shared/SHEDLOCK.md) plus lease tokens.
+"""The lock operations over one table: acquire (plain and slotted), release, extend, force-release, get, list.
 
-Every operation is one atomic statement, run in its own implicit transaction, whose guard sits in its WHERE
-clause (acquires and releases that arrive together may share a statement over arrays, each answered as if alone:
-app.locking.flights, app.locking.batches); "now" is always ``timezone('utc', CURRENT_TIMESTAMP)``, the database's
-clock. Acquire, release and extend each return both the outcome and, when they fail, the row as it stands, so one
-round trip decides and explains.
+Each operation is one statement of app.locking.statements. Acquires of one name in flight decide the ones queued
+behind (app.coalescing.flights); acquires and releases of different names coalesce into one statement when every
+connection is busy (app.coalescing.batches).
 
 Lease tokens: acquire generates a random secret; only its SHA-256 is stored (``lease_token_hash``). Release and
-extend match on that hash, so they only touch the row while it still carries this lease. When a Java node
-takes the row over, the table's trigger clears the hash (see the migration), so an old token stops working.
-A released lease keeps a marker hash, so a repeated release is idempotent and an extend after release fails.
-A force-released lease gets an empty hash, which no token matches.
-
-The run history (app.locking.history) is written by the table's trigger, in each statement's own transaction; only
-force-release writes to it here, to record who forced and why.
+extend match on that hash, so they only touch the row while it still carries this lease. When a Java node takes the
+row over, the table's trigger clears the hash (see the migration), so an old token stops working. A released lease
+keeps a marker hash, so a repeated release is idempotent and an extend after release fails; a force-released one an
+empty hash, which no token matches. The run history is written by that trigger, in each statement's transaction.
 """
 
 from __future__ import annotations
 
-import time
+import asyncio
+import logging
 from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from app.coalescing.batches import BUSY, Batches
+from app.coalescing.flights import Alone, Answer, Failed, Flights, Outcome
+from app.db.pool import StatementPool
+from app.db.runner import Observer, Statements
 from app.db.schema import qualified_name, runs_table
-from app.db.statements import fetch as run_statement
 from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, SlotDone, StorageUnavailable
 from app.locking import slots
-from app.locking.batches import Batches
-from app.locking.flights import ALONE, Flights
-from app.locking.leases import FORCED_MARKER_SQL, hash_token, new_token, released_marker
+from app.locking.leases import hash_token, new_token, released_marker
 from app.locking.listing import list_query
-from app.locking.rows import NOW, ROW, Lease, LockRow, Page, row_from, row_of
+from app.locking.rows import Lease, LockRow, Page, row_from
+from app.locking.statements import LockStatements
 from app.locking.timefmt import format_time
 
-#: Told of every statement the store runs: (operation, seconds, outcome), outcome "ok" or "unavailable" (the
-#: database could not answer, or the table is not migrated). The operations are STATEMENT_OPERATIONS.
-Observer = Callable[[str, float, str], None]
-STATEMENT_OPERATIONS = (
-    *("acquire", "release", "extend", "get", "list", "schema_revision", "count_held"),
-    *("acquire_batch", "release_batch"),  # many names in one statement (app.locking.batches)
-    *("force_release", "runs", "skips", "flush_skips", "prune"),  # the run history's (app.locking.history)
-)
+logger = logging.getLogger("schedlock.locks")
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireOp:
+    """One acquire, in the statement's parameter order."""
+
+    name: str
+    at_most: timedelta
+    locked_by: str
+    token_hash: bytes
+    at_least: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseOp:
+    """One release, in the statement's parameter order."""
+
+    name: str
+    token_hash: bytes
+    marker: bytes
+    completed: bool
 
 
 class LockStore:
-    """The lock operations over one table, on a ``app.db.pool.StatementPool``. ``observe``, if given, is told of
-    every statement's duration and outcome (the metrics use it); ``on_held`` of every refused acquire, with the
-    holder's row (the skip counter, app.locking.skips)."""
+    """The lock operations over ``statements``' pool. ``on_held`` is told of every refused acquire, with the
+    holder's row (the skip counter, app.history.skips)."""
 
     def __init__(
-        self,
-        pool: Any,
+        self, statements: Statements, sql: LockStatements, on_held: Callable[[LockRow], None] | None = None
+    ) -> None:
+        self.statements = statements
+        self.sql = sql
+        self.table = sql.table
+        self._on_held = on_held
+        #: The database's now as last seen, from which the slotted acquire lists its candidate ticks.
+        self.db_clock = slots.DbClock()
+        self._acquiring: Flights[Lease | LockRow] = Flights()
+        self._orphans: set[asyncio.Task[Any]] = set()
+        pool = statements.pool
+
+        def busy() -> bool:
+            return pool.get_idle_size() == 0 and pool.get_size() >= pool.get_max_size()
+
+        self.acquires: Batches[AcquireOp, Any] = Batches(
+            lambda op: self._one("acquire", sql.acquire, op),
+            lambda ops: self._many("acquire_batch", sql.acquire_many, ops),
+            busy=busy,
+            shared=_everyones,
+            orphaned=self._release_orphan,
+        )
+        self.releases: Batches[ReleaseOp, Any] = Batches(
+            lambda op: self._one("release", sql.release, op),
+            lambda ops: self._many("release_batch", sql.release_many, ops),
+            busy=busy,
+            shared=_everyones,
+        )
+
+    @classmethod
+    def over(
+        cls,
+        pool: StatementPool,
         table: str,
         schema: str | None,
         pool_timeout: float,
+        *,
         observe: Observer | None = None,
         on_held: Callable[[LockRow], None] | None = None,
-    ) -> None:
-        self._pool = pool
-        self._pool_timeout = pool_timeout
-        self._observe = observe
-        self._on_held = on_held
-        t = qualified_name(table, schema)
-        self.table = t
-        # Insert, or take over an expired row: ShedLock's acquire, plus the lease columns. A row the statement's
-        # snapshot shows held is refused by reading alone: no INSERT is attempted, so a refusal takes no row lock,
-        # no transaction id and writes no WAL, and never waits behind the holder's commit (docs/performance.md,
-        # "Coalescing"). Otherwise ON CONFLICT decides on the latest committed row, as ShedLock's statement does;
-        # if a writer that committed after the snapshot wins, the second branch reports the row as the snapshot
-        # saw it (not held), and acquire() reads it again.
-        take_over = f"""ON CONFLICT (name) DO UPDATE SET
-                lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at,
-                locked_by = EXCLUDED.locked_by, lease_token_hash = EXCLUDED.lease_token_hash,
-                lock_at_least_for = EXCLUDED.lock_at_least_for, slot = NULL
-              WHERE l.lock_until <= {NOW}"""
-        self._acquire_sql = f"""
-            WITH seen AS (SELECT {ROW} FROM {t} WHERE name = $1),
-            taken AS (
-              INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot)
-              SELECT $1, {NOW} + $2::interval, {NOW}, $3::text, $4::bytea, $5::interval, NULL::text
-              WHERE NOT EXISTS (SELECT FROM seen WHERE lock_until > {NOW})
-              {take_over}
-              RETURNING {ROW})
-            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM taken
-            UNION ALL
-            SELECT false, {ROW}, {NOW} FROM seen WHERE NOT EXISTS (SELECT FROM taken)"""
-        # Never earlier than locked_at + lock_at_least_for; a second release with the same token changes nothing.
-        # The first release of a lease with a slot, if the job completed ($4), records the slot (docs/slots.md).
-        completes = "lease_token_hash = $2 AND $4::boolean AND slot IS NOT NULL"
-        self._release_sql = f"""
-            WITH done AS (
-              UPDATE {t} SET
-                lock_until = CASE WHEN lease_token_hash = $3 THEN lock_until
-                  ELSE GREATEST({NOW}, locked_at + COALESCE(lock_at_least_for, interval '0')) END,
-                lease_token_hash = $3,
-                last_completed_slot = CASE WHEN {completes} THEN slot ELSE last_completed_slot END,
-                last_completed_at = CASE WHEN {completes} THEN {NOW} ELSE last_completed_at END,
-                last_completed_by = CASE WHEN {completes} THEN locked_by ELSE last_completed_by END
-              WHERE name = $1 AND lease_token_hash IN ($2, $3)
-              RETURNING {ROW})
-            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
-            UNION ALL
-            SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
-        # The same two statements for many names at once (app.locking.batches): the arguments are arrays, one
-        # element per operation, each name at most once. Rows are asked for in name order (the acquire's insert
-        # follows it; for the release's join the planner has the last word), so two batches rarely wait for each
-        # other's rows crosswise. A name neither taken nor seen (inserted after the snapshot) has no row.
-        self._acquire_many_sql = f"""
-            WITH input AS (
-              SELECT * FROM unnest($1::text[], $2::interval[], $3::text[], $4::bytea[], $5::interval[])
-                AS i(name, at_most, locked_by, token_hash, at_least)),
-            seen AS (SELECT {ROW} FROM {t} WHERE name = ANY($1::text[])),
-            taken AS (
-              INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot)
-              SELECT i.name, {NOW} + i.at_most, {NOW}, i.locked_by, i.token_hash, i.at_least, NULL::text FROM input i
-              WHERE NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name AND s.lock_until > {NOW})
-              ORDER BY i.name
-              {take_over}
-              RETURNING {ROW})
-            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM taken
-            UNION ALL
-            SELECT false, {ROW}, {NOW} FROM seen s WHERE NOT EXISTS (SELECT FROM taken WHERE taken.name = s.name)"""
-        many_completes = "l.lease_token_hash = i.token_hash AND i.completed AND l.slot IS NOT NULL"
-        self._release_many_sql = f"""
-            WITH input AS (
-              SELECT * FROM unnest($1::text[], $2::bytea[], $3::bytea[], $4::boolean[])
-                AS i(name, token_hash, marker, completed)),
-            done AS (
-              UPDATE {t} AS l SET
-                lock_until = CASE WHEN l.lease_token_hash = i.marker THEN l.lock_until
-                  ELSE GREATEST({NOW}, l.locked_at + COALESCE(l.lock_at_least_for, interval '0')) END,
-                lease_token_hash = i.marker,
-                last_completed_slot = CASE WHEN {many_completes} THEN l.slot ELSE l.last_completed_slot END,
-                last_completed_at = CASE WHEN {many_completes} THEN {NOW} ELSE l.last_completed_at END,
-                last_completed_by = CASE WHEN {many_completes} THEN l.locked_by ELSE l.last_completed_by END
-              FROM (SELECT * FROM input ORDER BY name) i
-              WHERE l.name = i.name AND l.lease_token_hash IN (i.token_hash, i.marker)
-              RETURNING {row_of("l")})
-            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
-            UNION ALL
-            SELECT false, {row_of("l")}, {NOW} FROM {t} l
-            WHERE l.name = ANY($1::text[]) AND NOT EXISTS (SELECT FROM done WHERE done.name = l.name)"""
-        # Only a live lease moves; locked_at stays, so the at-least window still counts from the acquisition.
-        self._extend_sql = f"""
-            WITH done AS (
-              UPDATE {t} SET lock_until = {NOW} + $3::interval,
-                lock_at_least_for = COALESCE($4::interval, lock_at_least_for)
-              WHERE name = $1 AND lease_token_hash = $2 AND lock_until > {NOW}
-              RETURNING {ROW})
-            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
-            UNION ALL
-            SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
-        self._get_sql = f"SELECT {ROW}, {NOW} AS db_time FROM {t} WHERE name = $1"
-        # Free a held lock now, the at-least window ignored, and end its lease: the empty hash matches no token. The
-        # empty hash also tells the history trigger that this statement records the run's end itself, with who and
-        # why (migration 0002). The lock row is updated first, so the lock order is the one release's trigger takes.
-        self._force_sql = f"""
-            WITH forced AS (
-              UPDATE {t} SET lock_until = {NOW}, lease_token_hash = '{FORCED_MARKER_SQL}'::bytea
-              WHERE name = $1 AND lock_until > {NOW}
-              RETURNING {ROW}),
-            ended AS (
-              UPDATE {runs_table(table, schema)} r SET outcome = 'force_released', ended_at = {NOW},
-                lock_until = {NOW}, forced_by = $2, force_reason = $3
-              FROM forced
-              WHERE r.name = forced.name AND r.fencing_token = forced.fencing_token AND r.outcome = 'running')
-            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM forced
-            UNION ALL
-            SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM forced)"""
-        self._count_held_sql = f"SELECT count(*) AS n FROM {t} WHERE lock_until > {NOW}"
-        self._slot_sql = slots.acquire_sql(t)
-        #: The database's now as last seen, from which the slotted acquire lists its candidate ticks.
-        self.db_clock = slots.DbClock()
-        #: Acquires in flight, by name: the ones that arrive meanwhile are decided together (app.locking.flights).
-        self._acquiring: Flights[Lease | LockRow] = Flights()
-        #: Acquires and releases of different names that arrive while one is in flight go as one statement.
-        self.acquires: Batches[tuple[Any, ...], Any] = Batches(
-            lambda args: self._one("acquire", self._acquire_sql, args),
-            lambda ops: self._many("acquire_batch", self._acquire_many_sql, ops),
-            _name_of,
-            _everyones,
-        )
-        self.releases: Batches[tuple[Any, ...], Any] = Batches(
-            lambda args: self._one("release", self._release_sql, args),
-            lambda ops: self._many("release_batch", self._release_many_sql, ops),
-            _name_of,
-            _everyones,
-        )
+    ) -> LockStore:
+        """A store for lock table ``table`` in ``schema`` (unquoted) on ``pool``."""
+        sql = LockStatements(qualified_name(table, schema), runs_table(table, schema))
+        return cls(Statements(pool, pool_timeout, observe), sql, on_held)
 
     async def fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
-        """Run one statement on the store's pool, observed as ``operation`` (one of STATEMENT_OPERATIONS)."""
-        observe = self._observe
-        if observe is None:
-            return await run_statement(self._pool, self._pool_timeout, operation, sql, *args)
-        start = time.perf_counter()
-        try:
-            rows = await run_statement(self._pool, self._pool_timeout, operation, sql, *args)
-        except StorageUnavailable:
-            observe(operation, time.perf_counter() - start, "unavailable")
-            raise
-        observe(operation, time.perf_counter() - start, "ok")
-        return rows
+        """Run one statement as ``operation``, observed (app.db.runner.Statements)."""
+        return await self.statements.fetch(operation, sql, *args)
 
     async def acquire(
         self, name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, locked_by: str
     ) -> Lease:
         """Take the lock if it is free or expired; raise LockHeld (with the holder) otherwise. Acquires of a name
-        that arrive while one is in flight go as a group when it is done: the first runs the statement, the others
-        find the lock held by whoever holds it after that (app.locking.flights)."""
-        outcome = await self._acquiring.run(
-            name, lambda: self._acquire_once(name, lock_at_most_for, lock_at_least_for, locked_by), _follow
-        )
+        that arrive while one is in flight are decided by it (app.coalescing.flights)."""
+
+        async def attempt() -> Lease | LockRow:
+            token = new_token()
+            op = AcquireOp(name, lock_at_most_for, locked_by, hash_token(token), lock_at_least_for)
+            record = await self.acquires.submit(op)
+            if record is not None and record["ok"]:
+                return Lease(row_from(record), token)
+            return await self._refused(name, record)
+
+        outcome = await self._acquiring.run(name, attempt, _follow)
         if isinstance(outcome, Lease):
             return outcome
-        if self._on_held is not None:
-            self._on_held(outcome)
-        raise _held(name, outcome)
-
-    async def _acquire_once(
-        self, name: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta, locked_by: str
-    ) -> Lease | LockRow:
-        """One acquire statement: the lease, or the holder's row."""
-        token = new_token()
-        row = await self.acquires.submit((name, lock_at_most_for, locked_by, hash_token(token), lock_at_least_for))
-        if row is not None and row["ok"]:
-            return Lease(row_from(row), token)
-        current = row_from(row) if row is not None else None
-        if current is None or not current.held:
-            # The statement lost a race with a writer that committed after its snapshot was taken: read again.
-            try:
-                current = await self.get(name)
-            except LockNotFound:
-                raise LockHeld(f"{name!r} is held", name=name) from None
-        return current
+        raise self._held(name, outcome)
 
     async def acquire_slot(
         self,
@@ -243,73 +137,98 @@ class LockStore:
         locked_by: str,
         choose: Callable[[datetime], slots.Candidates],
     ) -> Lease:
-        """Take the lock for a slot (app.locking.slots), ``choose`` listing the candidate slots around an estimate
-        of the database's now. Raise SlotDone if the slot the statement picked is the last completed one (whether
-        or not the lock is held), LockHeld if it is held."""
+        """Take the lock for a slot, ``choose`` listing the candidate slots around an estimate of the database's
+        now. Raise SlotDone if the slot the statement picked is the last completed one (whether or not the lock
+        is held), LockHeld if it is held."""
         token = new_token()
+        args = (name, lock_at_most_for, locked_by, hash_token(token), lock_at_least_for)
         for _ in range(slots.ATTEMPTS):
-            candidates = choose(self.db_clock.now())
-            rows = await self.fetch(
-                "acquire",
-                self._slot_sql,
-                *(name, lock_at_most_for, locked_by, hash_token(token), lock_at_least_for, *candidates.args()),
-            )
-            answer = rows[0]
-            self.db_clock.learn(answer["db_time"])
-            if answer["picked"] is not None:
+            record = (await self.fetch("acquire", self.sql.acquire_slot, *args, *choose(self.db_clock.now()).args()))[0]
+            self.db_clock.learn(record["db_time"])
+            if record["picked"] is not None:
                 break
         else:
             raise StorageUnavailable("acquire: the database's clock kept moving away from the ticks listed; retry")
-        if answer["ok"]:
-            return Lease(row_from(answer), token)
-        if answer["name"] is not None:
-            current = row_from(answer)
-        else:  # a row inserted after the statement's snapshot was taken: read it
+        if record["ok"]:
+            return Lease(row_from(record), token)
+        current = await self._refused(name, record if record["name"] is not None else None, record["picked"])
+        if current.last_completed_slot == record["picked"]:
+            if self._on_held is not None:  # a skipped run, whether the tick was done or someone holds the lock
+                self._on_held(current)
+            raise _slot_done(name, current)
+        raise self._held(name, current)
+
+    async def _refused(self, name: str, record: Any, slot: str | None = None) -> LockRow:
+        """The row that refused an acquire. The statement's snapshot may predate a writer that committed after it
+        (the row looked free, or was not there yet): then it is read again."""
+        current = row_from(record) if record is not None else None
+        if current is None or not (current.held or (slot is not None and current.last_completed_slot == slot)):
             try:
                 current = await self.get(name)
             except LockNotFound:
                 raise LockHeld(f"{name!r} is held", name=name) from None
-        if self._on_held is not None:  # a skipped run, whether the tick was done or someone holds the lock
+        return current
+
+    def _held(self, name: str, current: LockRow) -> LockHeld:
+        if self._on_held is not None:
             self._on_held(current)
-        if current.last_completed_slot == answer["picked"]:
-            raise _slot_done(name, current)
-        raise _held(name, current)
+        return LockHeld(
+            f"{name!r} is held by {current.locked_by!r} until {format_time(current.lock_until)}",
+            name=name,
+            locked_by=current.locked_by,
+            locked_at=format_time(current.locked_at),
+            lock_until=format_time(current.lock_until),
+            db_time=format_time(current.db_time),
+        )
 
     async def release(self, name: str, token: str, completed: bool = True) -> LockRow:
         """End the lease; ``completed`` (the job finished) records its slot, if it has one, as completed."""
         token_hash = hash_token(token)
-        row = await self.releases.submit((name, token_hash, released_marker(token_hash), completed))
-        return self._outcome(name, [] if row is None else [row], "release")
+        record = await self.releases.submit(ReleaseOp(name, token_hash, released_marker(token_hash), completed))
+        return _outcome(name, [] if record is None else [record], "release")
 
-    async def _one(self, operation: str, sql: str, args: tuple[Any, ...]) -> Any:
+    def _release_orphan(self, op: AcquireOp, record: Any) -> None:
+        """A batch granted a lease to a caller that had gone: release it, so the lock is not held for nobody."""
+        if record is None or not record["ok"]:
+            return
+        release = ReleaseOp(op.name, op.token_hash, released_marker(op.token_hash), False)
+        task = asyncio.get_running_loop().create_task(self.releases.submit(release))
+        self._orphans.add(task)
+        task.add_done_callback(self._orphan_released)
+
+    def _orphan_released(self, task: asyncio.Task[Any]) -> None:
+        self._orphans.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("a lease granted to a caller that had gone could not be released: %s", task.exception())
+
+    async def _one(self, operation: str, sql: str, op: AcquireOp | ReleaseOp) -> Any:
         """The single-name statement: its row, or None."""
-        rows = await self.fetch(operation, sql, *args)
+        rows = await self.fetch(operation, sql, *astuple(op))
         return rows[0] if rows else None
 
-    async def _many(self, operation: str, sql: str, ops: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """The batched statement (arguments as arrays, one element per operation): each operation's row, or None."""
-        rows = await self.fetch(operation, sql, *(list(column) for column in zip(*ops, strict=True)))
+    async def _many(self, operation: str, sql: str, ops: Sequence[AcquireOp | ReleaseOp]) -> list[Any]:
+        """The batched statement (arguments as arrays, one element per operation): each operation's row, None, or
+        BUSY (its row was locked by another transaction)."""
+        rows = await self.fetch(operation, sql, *(list(column) for column in zip(*map(astuple, ops), strict=True)))
         by_name = {row["name"]: row for row in rows}
-        return [by_name.get(op[0]) for op in ops]
+        return [BUSY if (row := by_name.get(op.name)) is not None and row["ok"] is None else row for op in ops]
 
     async def extend(
         self, name: str, token: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta | None
     ) -> LockRow:
-        rows = await self.fetch(
-            "extend", self._extend_sql, name, hash_token(token), lock_at_most_for, lock_at_least_for
-        )
-        return self._outcome(name, rows, "extend")
+        rows = await self.fetch("extend", self.sql.extend, name, hash_token(token), lock_at_most_for, lock_at_least_for)
+        return _outcome(name, rows, "extend")
 
     async def force_release(self, name: str, by: str, reason: str) -> tuple[bool, LockRow]:
         """Free ``name`` now if it is held, ending its lease and recording its run as force-released by ``by``
         for ``reason``. Returns whether it was held, and the row as it is now; LockNotFound for an unknown name."""
-        rows = await self.fetch("force_release", self._force_sql, name, by, reason)
+        rows = await self.fetch("force_release", self.sql.force_release, name, by, reason)
         if not rows:
             raise LockNotFound(f"no lock named {name!r}", name=name)
         return bool(rows[0]["ok"]), row_from(rows[0])
 
     async def get(self, name: str) -> LockRow:
-        rows = await self.fetch("get", self._get_sql, name)
+        rows = await self.fetch("get", self.sql.get, name)
         if not rows:
             raise LockNotFound(f"no lock named {name!r}", name=name)
         return row_from(rows[0])
@@ -328,8 +247,7 @@ class LockStore:
         sql, args = list_query(self.table, prefix=prefix, held=held, after=after, limit=limit, scope=scope)
         rows = await self.fetch("list", sql, *args)
         if not rows:
-            db_time = (await self.fetch("list", f"SELECT {NOW} AS db_time"))[0]["db_time"]
-            return Page([], False, db_time)
+            return Page([], False, (await self.fetch("list", self.sql.now))[0]["db_time"])
         return Page([row_from(r) for r in rows[:limit]], len(rows) > limit, rows[0]["db_time"])
 
     async def schema_revision(self, version_table: str) -> str | None:
@@ -342,25 +260,20 @@ class LockStore:
 
     async def count_held(self) -> int:
         """How many locks are held now (Java rows too). A scan of the table: for metrics, not the hot path."""
-        rows = await self.fetch("count_held", self._count_held_sql)
-        return int(rows[0]["n"])
-
-    @staticmethod
-    def _outcome(name: str, rows: list[Any], action: str) -> LockRow:
-        if not rows:
-            raise LockNotFound(f"no lock named {name!r}", name=name)
-        row = row_from(rows[0])
-        if not rows[0]["ok"]:
-            raise NotHolder(
-                f"cannot {action} {name!r}: this token no longer holds the lock "
-                "(released, expired, taken over, or never issued for it)",
-                name=name,
-            )
-        return row
+        return int((await self.fetch("count_held", self.sql.count_held))[0]["n"])
 
 
-def _name_of(args: tuple[Any, ...]) -> str:
-    return str(args[0])
+def _outcome(name: str, rows: list[Any], action: str) -> LockRow:
+    if not rows:
+        raise LockNotFound(f"no lock named {name!r}", name=name)
+    row = row_from(rows[0])
+    if not rows[0]["ok"]:
+        raise NotHolder(
+            f"cannot {action} {name!r}: this token no longer holds the lock "
+            "(released, expired, taken over, or never issued for it)",
+            name=name,
+        )
+    return row
 
 
 def _everyones(error: Exception) -> Exception | None:
@@ -371,17 +284,18 @@ def _everyones(error: Exception) -> Exception | None:
     return None
 
 
-def _follow(outcome: Lease | LockRow | BaseException) -> Any:
+def _follow(outcome: Outcome[Lease | LockRow]) -> Answer[Lease | LockRow] | Failed | Alone:
     """An acquire that queued behind another of the same name: after a lease was granted or the holder found, the
     lock is held, by that lease or that holder; after the database failed, the same error; after anything else
     (the first caller was cancelled, say), it runs its own statement."""
-    if isinstance(outcome, Lease):
-        return outcome.row
-    if isinstance(outcome, LockRow):
-        return outcome
-    if isinstance(outcome, Exception) and (error := _everyones(outcome)) is not None:
-        return error
-    return ALONE
+    match outcome:
+        case Answer(Lease() as lease):
+            return Answer(lease.row)
+        case Answer(row):
+            return Answer(row)
+        case Failed(Exception() as exc) if (error := _everyones(exc)) is not None:
+            return Failed(error)
+    return Alone()
 
 
 def _slot_done(name: str, current: LockRow) -> SlotDone:
@@ -393,16 +307,5 @@ def _slot_done(name: str, current: LockRow) -> SlotDone:
         slot=current.last_completed_slot,
         completed_at=completed_at,
         locked_by=current.last_completed_by,
-        db_time=format_time(current.db_time),
-    )
-
-
-def _held(name: str, current: LockRow) -> LockHeld:
-    return LockHeld(
-        f"{name!r} is held by {current.locked_by!r} until {format_time(current.lock_until)}",
-        name=name,
-        locked_by=current.locked_by,
-        locked_at=format_time(current.locked_at),
-        lock_until=format_time(current.lock_until),
         db_time=format_time(current.db_time),
     )

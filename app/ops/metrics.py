@@ -28,8 +28,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from app import __version__
+from app.db.runner import STATEMENT_OPERATIONS
 from app.errors import StorageUnavailable
-from app.locking.store import STATEMENT_OPERATIONS, LockStore
+from app.locking.store import LockStore
 
 # The *_created series double what Prometheus stores and no query here needs them. (A process-wide switch.)
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -120,7 +121,7 @@ class Metrics:
         self._outcomes[operation, outcome].inc()
 
     def observe_db(self, operation: str, seconds: float, outcome: str) -> None:
-        """The lock store's observer (``app.locking.store.Observer``)."""
+        """The lock store's observer (``app.db.runner.Observer``)."""
         duration, errors = self._db[operation]
         duration.observe(seconds)
         if outcome != "ok":

@@ -1,4 +1,5 @@
-"""Watching what a LockStore sends: a hook before and after each statement (the store's own ``fetch``)."""
+"""Watching what the service sends: a hook before and after each statement its lock store, history and skip counter
+run (they share one app.db.runner.Statements)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ Hook = Callable[[str, list[Any] | None], Awaitable[None]]
 
 @contextlib.contextmanager
 def watched(store: Any, hook: Hook) -> Iterator[None]:
-    """While entered, ``hook`` sees every statement ``store`` runs, and may delay or check it."""
-    real = store.fetch
+    """While entered, ``hook`` sees every statement ``store``'s Statements run, and may delay or check it."""
+    statements = store.statements
+    real = statements.fetch
 
     async def fetch(operation: str, sql: str, *args: Any) -> list[Any]:
         await hook(operation, None)
@@ -21,8 +23,8 @@ def watched(store: Any, hook: Hook) -> Iterator[None]:
         await hook(operation, rows)
         return rows
 
-    store.fetch = fetch
+    statements.fetch = fetch
     try:
         yield
     finally:
-        del store.fetch
+        del statements.fetch

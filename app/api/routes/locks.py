@@ -32,7 +32,7 @@ from app.locking.durations import format_duration
 from app.locking.leases import new_locked_by
 from app.locking.names import LOCK_NAME, NAME_MAX, NAME_PATTERN
 from app.locking.rows import LockRow
-from app.locking.slots import chooser
+from app.schedules.ticks import chooser
 from app.settings import Settings
 
 # JsonBodyRoute: the generic path reads bodies as the lean path does (JSON only, else 415; see app.api.bodies).

@@ -24,7 +24,7 @@ from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, Sk
 from app.api.routes import LOCKS, V1
 from app.api.routes.locks import LockName
 from app.errors import InvalidRequest
-from app.locking.history import Run, RunPage
+from app.history.runs import Run, RunPage
 from app.locking.leases import is_schedlock_holder
 from app.locking.names import NAME_MAX
 from app.locking.timefmt import as_utc_naive

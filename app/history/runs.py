@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from app.db.runner import Fetcher
 from app.db.schema import runs_table, skips_table
 from app.locking.rows import NOW
-from app.locking.store import LockStore
 
 #: Every outcome a run can have, as the API reports it.
 OUTCOMES = ("running", "released", "expired", "taken_over", "force_released")
@@ -55,10 +55,10 @@ class SkipHour:
 
 
 class History:
-    """The history tables beside ``store``'s lock table, read through the store's pool."""
+    """The history tables beside a lock table, read with ``statements``."""
 
-    def __init__(self, store: LockStore, table: str, schema: str | None) -> None:
-        self._store = store
+    def __init__(self, statements: Fetcher, table: str, schema: str | None) -> None:
+        self._statements = statements
         self.runs_table = runs_table(table, schema)
         self.skips_table = skips_table(table, schema)
 
@@ -75,7 +75,7 @@ class History:
 
     async def run(self, name: str, fencing_token: int) -> Run | None:
         """One run of ``name`` by its fencing token."""
-        rows = await self._store.fetch(
+        rows = await self._statements.fetch(
             "runs", self._select("r.name = $1 AND r.fencing_token = $2"), name, fencing_token
         )
         return _run(rows[0]) if rows else None
@@ -135,7 +135,7 @@ class History:
             f"SELECT t.db_time, p.* FROM (SELECT {NOW} AS db_time) t LEFT JOIN LATERAL ({runs}) p ON true "
             f"ORDER BY {_qualified(order, 'p')}"
         )
-        rows = await self._store.fetch("runs", sql, *args, limit + 1)
+        rows = await self._statements.fetch("runs", sql, *args, limit + 1)
         found = [_run(r) for r in rows if r["fencing_token"] is not None]
         return RunPage(found[:limit], len(found) > limit, rows[0]["db_time"])
 
@@ -148,7 +148,7 @@ class History:
               WHERE name = $1 AND hour > t.db_time - make_interval(hours => $2)
               GROUP BY hour) s ON true
             ORDER BY s.hour DESC"""
-        rows = await self._store.fetch("skips", sql, name, hours)
+        rows = await self._statements.fetch("skips", sql, name, hours)
         found = [SkipHour(r["hour"], int(r["skipped"])) for r in rows if r["hour"] is not None]
         return found, rows[0]["db_time"]
 

@@ -6,7 +6,7 @@ the first minute after the jump; in the hour repeated in autumn it runs once, at
 minute or hour field starts with ``*`` (``*/15 * * * *``) run on every real instant that matches the local time.
 
 This module only lists ticks. Which of them is the slot is decided by the acquire statement itself, with the
-database's now (``app.locking.slots``): no clock of this process enters the answer.
+database's now (``app.locking.statements``): no clock of this process enters the answer.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 
 from app.errors import LockHeld, SchedlockError
-from app.locking.history import History
+from app.history.runs import History
 from app.locking.leases import new_locked_by
 from app.locking.rows import NOW
 from app.locking.store import LockStore

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from app.db.runner import Fetcher
 from app.locking.rows import LockRow
-from app.locking.store import LockStore
 from app.locking.timefmt import as_utc_naive
 
 logger = logging.getLogger("schedlock.history")
@@ -61,15 +61,15 @@ class SkipCounter:
         """Refusals counted and not yet written."""
         return sum(self._counts.values())
 
-    async def flush(self, store: LockStore) -> int:
-        """Write every count in one statement through ``store``; returns how many refusals were
+    async def flush(self, statements: Fetcher) -> int:
+        """Write every count in one statement with ``statements``; returns how many refusals were
         written. On failure the counts stay, and StorageUnavailable propagates."""
         counts, self._counts = self._counts, {}
         if not counts:
             return 0
         keys = sorted(counts)
         try:
-            await store.fetch(
+            await statements.fetch(
                 "flush_skips",
                 self._sql,
                 [k[0] for k in keys],

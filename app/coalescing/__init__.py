@@ -1,0 +1,1 @@
+"""Coalescing: operations that arrive together go as one statement (flights: one name; batches: many)."""

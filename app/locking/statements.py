@@ -1,0 +1,188 @@
+"""The lock statements, built from shared fragments: the acquire rule, the takeover and the release are written once,
+so the single, batched and slotted forms cannot drift. ShedLock's statements (../shared/SHEDLOCK.md) plus leases.
+
+Every statement runs in its own implicit transaction, with its guard in the WHERE clause; "now" is always ``NOW``,
+the database's clock. Each answers its outcome and, when refused, the row as it stands, so one round trip decides
+and explains. The operation's input is a relation ``i``: one row of parameters, or arrays unnested (batched).
+
+A refused acquire only reads: a row the statement's snapshot shows held is never written, so a refusal takes no row
+lock, no transaction id and no WAL, and never waits behind the holder's commit. A batch never waits on a row lock
+either: it locks the rows it will write first, in name order (whatever plan Postgres chose), skipping rows another
+transaction holds locked; those operations come back *busy* (``ok`` NULL) and their callers go alone.
+"""
+
+from __future__ import annotations
+
+from app.locking.leases import FORCED_MARKER_SQL
+from app.locking.rows import NOW, ROW, row_of
+
+#: The columns an acquire writes, in its INSERT's order.
+_WRITTEN = "name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot"
+_ACQUIRE_COLUMNS = "name, at_most, locked_by, token_hash, at_least"
+_ACQUIRE_TYPES = ("text", "interval", "text", "bytea", "interval")
+_RELEASE_COLUMNS = "name, token_hash, marker, completed"
+_RELEASE_TYPES = ("text", "bytea", "bytea", "boolean")
+
+
+def free(row: str, slot: str) -> str:
+    """The acquire rule: ``row`` may be taken, for the slot ``slot`` (NULL: none). It is free or expired, and its
+    last completed slot is not this one."""
+    return f"{row}.lock_until <= {NOW} AND ({row}.last_completed_slot = {slot}) IS NOT TRUE"
+
+
+def _input(columns: str, types: tuple[str, ...], many: bool, extra: str = "") -> str:
+    """The operation(s) as a relation: parameters $1.. as one row, or as arrays unnested into rows."""
+    names = [c.strip() for c in columns.split(",")]
+    if many:
+        arrays = ", ".join(f"${n}::{t}[]" for n, t in enumerate(types, 1))
+        return f"SELECT *{extra} FROM unnest({arrays}) AS u({columns})"
+    values = ", ".join(f"${n}::{t} AS {c}" for n, (t, c) in enumerate(zip(types, names, strict=True), 1))
+    return f"SELECT {values}{extra}"
+
+
+def _names(many: bool) -> str:
+    return "= ANY($1::text[])" if many else "= $1"
+
+
+def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
+    """Insert, or take over a free row (``free``). Answers ``ok`` true with the new lease's row, false with the
+    holder's row as the snapshot saw it, NULL (batched only) when the row was locked by another transaction; a name
+    neither taken nor seen (inserted after the snapshot) has no answer row.
+
+    Batched: $1.. are arrays, one element per operation, each name at most once. Slotted (single only): $6 tick
+    times, $7 their keys, $8 lo, $9 hi, $10 grace (app.locking.slots.Candidates) pick the slot with the statement's
+    own now, and every answer carries it as ``picked`` (NULL: that now fell outside the window; nothing written)."""
+    assert not (many and slotted), "the slotted acquire is never batched"
+    slot = ", (SELECT key FROM pick) AS slot" if slotted else ", NULL::text AS slot"
+    pick = (
+        f"""pick AS (
+          SELECT (SELECT c.key FROM unnest($6::timestamp[], $7::text[]) AS c(at, key)
+                  WHERE c.at <= {NOW} + $10::interval ORDER BY c.at DESC LIMIT 1) AS key
+          WHERE {NOW} + $10::interval BETWEEN $8::timestamp AND $9::timestamp),"""
+        if slotted
+        else ""
+    )
+    # Batched: the rows to take over are locked first, in name order, skipping any another transaction has locked.
+    claim = (
+        f"""claim AS MATERIALIZED (
+          SELECT c.name FROM {table} c JOIN input i ON i.name = c.name WHERE {free("c", "i.slot")}
+          ORDER BY c.name FOR NO KEY UPDATE OF c SKIP LOCKED),"""
+        if many
+        else ""
+    )
+    # Single: insert unless the snapshot shows the row taken (then the refusal only reads). Batched: insert a name
+    # the snapshot has no row for, or one claimed above; a row seen free but not claimed is another's (busy).
+    insert_if = (
+        "(NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name) OR i.name IN (SELECT name FROM claim))"
+        if many
+        else f"NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name AND NOT ({free('s', 'i.slot')}))"
+    )
+    if slotted:
+        insert_if += " AND i.slot IS NOT NULL"
+    refused = f"CASE WHEN NOT ({free('s', 'i.slot')}) THEN false END" if many else "false"
+    picked = ", (SELECT key FROM pick) AS picked" if slotted else ""
+    nulls = ", ".join("NULL" for _ in ROW.split(","))
+    nothing_seen = (
+        f"""
+        UNION ALL
+        SELECT false, {nulls}, {NOW}{picked} WHERE NOT EXISTS (SELECT FROM taken) AND NOT EXISTS (SELECT FROM seen)"""
+        if slotted
+        else ""
+    )
+    return f"""
+        WITH {pick}
+        input AS ({_input(_ACQUIRE_COLUMNS, _ACQUIRE_TYPES, many, slot)}),
+        seen AS (SELECT {ROW} FROM {table} WHERE name {_names(many)}),
+        {claim}
+        taken AS (
+          INSERT INTO {table} AS l ({_WRITTEN})
+          SELECT i.name, {NOW} + i.at_most, {NOW}, i.locked_by, i.token_hash, i.at_least, i.slot FROM input i
+          WHERE {insert_if}
+          ORDER BY i.name
+          ON CONFLICT (name) DO UPDATE SET
+            lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by,
+            lease_token_hash = EXCLUDED.lease_token_hash, lock_at_least_for = EXCLUDED.lock_at_least_for,
+            slot = EXCLUDED.slot
+          WHERE {free("l", "EXCLUDED.slot")}
+          RETURNING {ROW})
+        SELECT true AS ok, {ROW}, {NOW} AS db_time{picked} FROM taken
+        UNION ALL
+        SELECT {refused}, {row_of("s")}, {NOW}{picked} FROM seen s JOIN input i ON i.name = s.name
+        WHERE NOT EXISTS (SELECT FROM taken WHERE taken.name = s.name){nothing_seen}"""
+
+
+def release(table: str, *, many: bool = False) -> str:
+    """End a lease: never earlier than locked_at + lock_at_least_for; a second release with the same token changes
+    nothing (the lease keeps a marker hash). The first release of a lease with a slot, if the job completed,
+    records the slot (docs/slots.md). Answers ``ok`` true with the row released, false with the row when this token
+    does not hold it, NULL (batched only) when another transaction had the row locked; no row: no such lock.
+
+    $1 name, $2 the token's hash, $3 the released marker, $4 completed (arrays when batched)."""
+    completes = "l.lease_token_hash = i.token_hash AND i.completed AND l.slot IS NOT NULL"
+    locked = (
+        f"""locked AS MATERIALIZED (
+          SELECT name FROM {table} WHERE name = ANY($1::text[]) ORDER BY name FOR NO KEY UPDATE SKIP LOCKED),"""
+        if many
+        else ""
+    )
+    only_locked = " AND l.name IN (SELECT name FROM locked)" if many else ""
+    refused = "CASE WHEN l.name IN (SELECT name FROM locked) THEN false END" if many else "false"
+    return f"""
+        WITH input AS ({_input(_RELEASE_COLUMNS, _RELEASE_TYPES, many)}),
+        {locked}
+        done AS (
+          UPDATE {table} AS l SET
+            lock_until = CASE WHEN l.lease_token_hash = i.marker THEN l.lock_until
+              ELSE GREATEST({NOW}, l.locked_at + COALESCE(l.lock_at_least_for, interval '0')) END,
+            lease_token_hash = i.marker,
+            last_completed_slot = CASE WHEN {completes} THEN l.slot ELSE l.last_completed_slot END,
+            last_completed_at = CASE WHEN {completes} THEN {NOW} ELSE l.last_completed_at END,
+            last_completed_by = CASE WHEN {completes} THEN l.locked_by ELSE l.last_completed_by END
+          FROM input i
+          WHERE l.name = i.name AND l.lease_token_hash IN (i.token_hash, i.marker){only_locked}
+          RETURNING {row_of("l")})
+        SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
+        UNION ALL
+        SELECT {refused}, {row_of("l")}, {NOW} FROM {table} l
+        WHERE l.name {_names(many)} AND NOT EXISTS (SELECT FROM done WHERE done.name = l.name)"""
+
+
+class LockStatements:
+    """Every lock statement over one table (its qualified name) and its run history table, built once."""
+
+    def __init__(self, table: str, runs: str) -> None:
+        t = self.table = table
+        self.acquire = acquire(t)
+        self.acquire_many = acquire(t, many=True)
+        self.acquire_slot = acquire(t, slotted=True)
+        self.release = release(t)
+        self.release_many = release(t, many=True)
+        # Only a live lease moves; locked_at stays, so the at-least window still counts from the acquisition.
+        self.extend = f"""
+            WITH done AS (
+              UPDATE {t} SET lock_until = {NOW} + $3::interval,
+                lock_at_least_for = COALESCE($4::interval, lock_at_least_for)
+              WHERE name = $1 AND lease_token_hash = $2 AND lock_until > {NOW}
+              RETURNING {ROW})
+            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
+            UNION ALL
+            SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM done)"""
+        self.get = f"SELECT {ROW}, {NOW} AS db_time FROM {t} WHERE name = $1"
+        # Free a held lock now, the at-least window ignored, and end its lease: the empty hash matches no token and
+        # tells the history trigger that this statement records the run's end itself, with who and why (migration
+        # 0002). The lock row is updated first, so the lock order is the one release's trigger takes.
+        self.force_release = f"""
+            WITH forced AS (
+              UPDATE {t} SET lock_until = {NOW}, lease_token_hash = '{FORCED_MARKER_SQL}'::bytea
+              WHERE name = $1 AND lock_until > {NOW}
+              RETURNING {ROW}),
+            ended AS (
+              UPDATE {runs} r SET outcome = 'force_released', ended_at = {NOW},
+                lock_until = {NOW}, forced_by = $2, force_reason = $3
+              FROM forced
+              WHERE r.name = forced.name AND r.fencing_token = forced.fencing_token AND r.outcome = 'running')
+            SELECT true AS ok, {ROW}, {NOW} AS db_time FROM forced
+            UNION ALL
+            SELECT false, {ROW}, {NOW} FROM {t} WHERE name = $1 AND NOT EXISTS (SELECT FROM forced)"""
+        self.count_held = f"SELECT count(*) AS n FROM {t} WHERE lock_until > {NOW}"
+        self.now = f"SELECT {NOW} AS db_time"
