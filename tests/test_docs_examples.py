@@ -53,9 +53,11 @@ EXCLUDED = {
     "Dockerfile",
     ("docs/deploy.md", "helm install"): "needs a Kubernetes cluster; tests/test_helm.py renders and validates the "
     "chart",
-    ("docs/performance.md", "python -m bench.compare"): "the ~4-minute benchmark; tests/test_bench.py runs it with "
-    "--quick",
-    ("docs/performance.md", "python -m bench.servers"): "five servers side by side for ~12 minutes; "
+    ("docs/performance.md", "python -m bench.compare"): "the ~4-minute benchmark, and scripts that run for minutes; "
+    "tests/test_bench.py runs the benchmark with --quick",
+    ("docs/performance.md", "python -m bench.servers"): "two servers side by side for ~4 minutes; "
+    "tests/test_bench_servers.py runs the harness for two rounds of 1 s",
+    ("docs/performance-journal.md", "python -m bench.servers"): "the command of a dated run, as it ran; "
     "tests/test_bench_servers.py runs the harness for two rounds of 1 s",
     ("docs/cors.md", "Access-Control-Request-Method"): "needs a server started with the block above's setting; "
     "tests/test_origin.py runs the two against one",
