@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.database import HELP, database, default_url
 from bench.etcd import LEASE_MODES
 from bench.report import render
 from bench.run import Config, run
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "and an etcd of its own, and removes both afterwards. Prints a table and writes every figure as JSON. "
         "Asserts nothing about speed.",
     )
-    p.add_argument("--database-url", default=d.database_url, help="Postgres to use (default: %(default)s)")
+    p.add_argument("--database-url", default=default_url(), help=HELP)
     p.add_argument("--url", help="benchmark this running server instead of starting one (needs --table)")
     p.add_argument("--table", help="with --url: the server's SCHEDLOCK_TABLE (schema.table)")
     p.add_argument("--server-pid", type=int, help="with --url: the server's pid, to report its RSS and CPU")
@@ -101,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = {k: v for k, v in vars(args).items() if k in Config.__dataclass_fields__}
     settings["server_env"] = dict(item.split("=", 1) for item in args.server_env)
     settings["peers"] = [] if args.peers == "none" else [args.peers]
-    config = Config(**settings)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     output: Path = args.output or RESULTS / f"{stamp}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    results = run(config, output, say=lambda line: print(f"# {line}", file=sys.stderr, flush=True))
+    with database(args.database_url) as url:
+        config = Config(**{**settings, "database_url": url})
+        results = run(config, output, say=lambda line: print(f"# {line}", file=sys.stderr, flush=True))
     output.write_text(json.dumps(results, indent=2) + "\n")
     print(render(results))
     print(f"\nresults: {output}")

@@ -40,15 +40,9 @@ class _OneConnection:
     def release(self, conn: Any) -> None:
         pass
 
-    # Never busy: each client runs one statement at a time on its own connection, so nothing coalesces.
-    def get_idle_size(self) -> int:
-        return 1
-
-    def get_size(self) -> int:
-        return 1
-
-    def get_max_size(self) -> int:
-        return 1
+    def saturated(self) -> bool:
+        """Never: each client runs one statement at a time on its own connection, so nothing coalesces."""
+        return False
 
 
 def run_direct(database_url: str, table: str, load: Load) -> Phase:

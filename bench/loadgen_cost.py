@@ -22,8 +22,8 @@ import uvloop
 
 from app.db.schema import qualified_name
 from bench import target
+from bench.database import HELP, database, default_url
 from bench.loadgen import Load, run_wrk
-from bench.run import Config
 
 
 async def _httpx_cycles(base_url: str, load: Load) -> tuple[int, float]:
@@ -76,11 +76,16 @@ def _figures(requests: int, seconds: float, cpu: float) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.loadgen_cost", description=__doc__)
-    parser.add_argument("--database-url", default=Config().database_url)
+    parser.add_argument("--database-url", default=default_url(), help=HELP)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rate", type=float, default=500.0, help="cycles/s of the fixed-rate comparison")
     parser.add_argument("--seconds", type=int, default=10)
     args = parser.parse_args()
+    with database(args.database_url) as args.database_url:
+        return _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> int:
     run_id = uuid.uuid4().hex[:8]
     schema, prefix = f"bench_{run_id}", f"bench-{run_id}-"
     sql_table = qualified_name("shedlock", schema)

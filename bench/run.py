@@ -34,7 +34,7 @@ def default_peers() -> list[str]:
 class Config:
     """Every knob of a run; all of it is written into the results."""
 
-    database_url: str = "postgresql://postgres@127.0.0.1:5432/test"
+    database_url: str = ""  # empty: bench.database starts one
     url: str | None = None  # an existing server; None: start one
     table: str | None = None  # that server's table (required with url)
     server_pid: int | None = None  # that server's pid, for RSS and CPU

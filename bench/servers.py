@@ -35,6 +35,7 @@ from app.db import migrate
 from app.db.schema import qualified_name
 from app.settings import Settings
 from bench import about, target
+from bench.database import HELP, database, default_url
 from bench.dbcpu import BackendsCpu
 from bench.loadgen import Load, run_wrk
 from bench.run import _py_spy
@@ -60,7 +61,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.servers", description=__doc__.split("\n\n")[0])
     p.add_argument("--variant", action="append", type=parse_variant, help="LABEL=COMMAND (repeatable)")
-    p.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    p.add_argument("--database-url", default=default_url(), help=HELP)
     p.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE", help="for every variant")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--seconds", type=int, default=10)
@@ -79,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     output: Path = args.output or RESULTS / f"servers-{stamp}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     extra_env = dict(item.split("=", 1) for item in args.server_env)
-    results = run(args, variants, extra_env, output)
+    with database(args.database_url) as url:
+        args.database_url = url
+        results = run(args, variants, extra_env, output)
     output.write_text(json.dumps(results, indent=2) + "\n")
     print(render(results))
     print(f"\nresults: {output}")

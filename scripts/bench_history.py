@@ -51,9 +51,9 @@ from app.locking.rows import LockRow
 from app.locking.store import LockStore
 from app.settings import Settings
 from bench import target
+from bench.database import HELP, database, default_url
 from bench.loadgen import Load, run_wrk
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 _ENABLE = {"on": "ENABLE", "off": "DISABLE"}
 #: label -> state ("on"/"off") -> [(main figure, second figure)] per round
 RESULTS: dict[str, dict[str, list[tuple[float, float]]]] = {}
@@ -216,13 +216,18 @@ async def run(args: argparse.Namespace, settings: Settings, server: target.Serve
 
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--database-url", default=DEFAULT_URL)
+    p.add_argument("--database-url", default=default_url(), help=HELP)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--cycles", type=int, default=2000, help="cycles per database block")
     p.add_argument("--seconds", type=int, default=10, help="length of each pgbench and HTTP run")
     p.add_argument("--no-pgbench", dest="pgbench", action="store_false")
     p.add_argument("--no-http", dest="http", action="store_false")
     args = p.parse_args()
+    with database(args.database_url) as args.database_url:
+        return _run_all(args)
+
+
+def _run_all(args: argparse.Namespace) -> int:
     schema = f"bench_hist_{uuid.uuid4().hex[:8]}"
     settings = Settings(database_url=args.database_url, table=f"{schema}.shedlock")  # type: ignore[arg-type]
     migrate.upgrade(settings)

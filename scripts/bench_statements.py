@@ -38,9 +38,9 @@ from app.locking.rows import NOW
 from app.locking.store import LockStore
 from app.settings import Settings
 from bench import target
+from bench.database import HELP, database, default_url
 from scripts.bench_history import backend_cpu_s
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 BATCH = 16
 AT_MOST = timedelta(minutes=5)
 
@@ -157,10 +157,15 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database-url", default=DEFAULT_URL)
+    parser.add_argument("--database-url", default=default_url(), help=HELP)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--locks", type=int, default=2048, help="lock cycles (or refusals) per block")
     args = parser.parse_args()
+    with database(args.database_url) as args.database_url:
+        return _run_all(args)
+
+
+def _run_all(args: argparse.Namespace) -> int:
     schema = f"bench_statements_{uuid.uuid4().hex[:8]}"
     settings = Settings(database_url=args.database_url, table=f"{schema}.shedlock")  # type: ignore[arg-type]
     migrate.upgrade(settings)

@@ -1,13 +1,16 @@
 """Shared fixtures: a real Postgres, a fresh lock table per test session, the app with its lifespan entered.
 
-The database is SCHEDLOCK_TEST_DATABASE_URL, else the local server at 127.0.0.1:5432/test, else (on a machine
-without Postgres) an embedded pgserver cluster. Each session migrates its own schema, so parallel runs never
-see each other's rows, and drops it at the end.
+The suite brings its own Postgres: SCHEDLOCK_TEST_DATABASE_URL if set (a server of the developer's choosing), else a
+throwaway cluster of Debian's postgresql on a free loopback port, else (without Debian's binaries) an embedded
+pgserver cluster; nothing assumes a server at 127.0.0.1:5432. Its URL is exported as SCHEDLOCK_TEST_DATABASE_URL
+for what the tests start. Each session migrates its own schema, so parallel runs never see each other's rows, and
+drops it at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 import uuid
@@ -24,9 +27,11 @@ from app.db import migrate
 from app.settings import Settings
 from tests.support.apps import drop_schema, in_process, make_settings
 from tests.support.java import JavaNode
+from tests.support.pgcluster import PgCluster
 from tests.support.servers import LiveServer, start_server, stop_server
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+#: The suite's own cluster: its servers, the benchmark and the docs' examples open many connections at once.
+SUITE_CLUSTER_SETTINGS = {"max_connections": "400", "synchronous_commit": "on"}
 
 
 def _reachable(url: str) -> bool:
@@ -43,21 +48,41 @@ def _reachable(url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
-    url = os.environ.get("SCHEDLOCK_TEST_DATABASE_URL", DEFAULT_URL)
-    if _reachable(url):
+    url = os.environ.get("SCHEDLOCK_TEST_DATABASE_URL")
+    if url is not None:
+        if not _reachable(url):
+            pytest.fail(f"SCHEDLOCK_TEST_DATABASE_URL is set but unreachable: {url}")
         yield url
         return
-    if "SCHEDLOCK_TEST_DATABASE_URL" in os.environ:
-        pytest.fail(f"SCHEDLOCK_TEST_DATABASE_URL is set but unreachable: {url}")
-    from app.db.embedded import EmbeddedPostgres
-
-    with tempfile.TemporaryDirectory(prefix="schedlock-test-pg-") as tmp:
-        Path(tmp).chmod(0o755)
-        embedded = EmbeddedPostgres(Path(tmp) / "pgdata")
+    with _own_postgres() as url:
+        os.environ["SCHEDLOCK_TEST_DATABASE_URL"] = url
         try:
-            yield embedded.start()
+            yield url
         finally:
-            embedded.stop()
+            del os.environ["SCHEDLOCK_TEST_DATABASE_URL"]
+
+
+@contextlib.contextmanager
+def _own_postgres() -> Iterator[str]:
+    """A Postgres for this session alone: Debian's binaries in a throwaway cluster, or the embedded pgserver."""
+    try:
+        cluster = PgCluster()
+    except RuntimeError:  # no Debian postgresql: the embedded one (./scripts/test installs postgresql on Debian)
+        from app.db.embedded import EmbeddedPostgres
+
+        with tempfile.TemporaryDirectory(prefix="schedlock-test-pg-") as tmp:
+            Path(tmp).chmod(0o755)
+            embedded = EmbeddedPostgres(Path(tmp) / "pgdata")
+            try:
+                yield embedded.start()
+            finally:
+                embedded.stop()
+        return
+    try:
+        cluster.start(**SUITE_CLUSTER_SETTINGS)
+        yield cluster.url
+    finally:
+        cluster.destroy()
 
 
 @pytest.fixture(scope="session")

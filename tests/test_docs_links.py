@@ -64,3 +64,40 @@ def test_the_paths_in_layout_exist() -> None:
             if not ((ROOT / path).exists() or (base / path).exists() or any(base.rglob(path.rstrip("/")))):
                 missing.append(path)
     assert not missing, f"docs/layout.md names paths that do not exist: {missing}"
+
+
+def _layout_rows() -> dict[str, set[str]]:
+    """docs/layout.md's table rows: the first cell's path -> every backticked name in the row."""
+    rows: dict[str, set[str]] = {}
+    for line in (ROOT / "docs" / "layout.md").read_text().splitlines():
+        cells = line.split("|")
+        if len(cells) > 2 and (first := re.findall(r"`([^`]+)`", cells[1])):
+            for path in first:
+                rows.setdefault(path, set()).update(re.findall(r"`([^`]+)`", line))
+    return rows
+
+
+def test_layout_names_every_module_of_the_server_and_the_client() -> None:
+    """The other direction: every module of app/ and client/src/schedlock/ (and every tests/support helper) is named
+    in docs/layout.md, in the row of its package (a top-level module in a row of its own)."""
+    rows = _layout_rows()
+    text = (ROOT / "docs" / "layout.md").read_text()
+    unnamed = []
+    for module in sorted((ROOT / "app").rglob("*.py")):
+        parts = module.relative_to(ROOT).parts
+        if module.name == "__init__.py" or "versions" in parts:
+            continue
+        if len(parts) == 2:  # app/x.py: a row of its own
+            if f"app/{module.name}" not in rows:
+                unnamed.append(module.relative_to(ROOT).as_posix())
+        elif module.name not in rows.get(f"app/{parts[1]}/", set()):
+            unnamed.append(module.relative_to(ROOT).as_posix())
+    client = ROOT / "client" / "src" / "schedlock"
+    named_client = set().union(*(names for path, names in rows.items() if path.endswith(".py")))
+    unnamed += [f"client/src/schedlock/{m.name}" for m in sorted(client.glob("*.py")) if m.name not in named_client]
+    unnamed += [
+        f"tests/support/{m.name}"
+        for m in sorted((ROOT / "tests" / "support").glob("*.py"))
+        if m.name != "__init__.py" and f"`{m.name}`" not in text
+    ]
+    assert not unnamed, f"docs/layout.md does not name: {unnamed}"

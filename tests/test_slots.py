@@ -170,11 +170,12 @@ async def test_concurrent_nodes_run_a_tick_once(client: httpx.AsyncClient, name:
         assert error(await acquire(client, name, "1m", slot=slot))["code"] == "slot_done"
 
 
-async def test_a_refusal_is_told_apart_on_the_version_it_was_decided_on(
+async def test_a_refusal_only_reads_and_answers_the_row_it_saw(
     client: httpx.AsyncClient, settings: Settings, database_url: str, name: str
 ) -> None:
-    """The acquire waits on a row another transaction is completing; its snapshot still shows the lock held and
-    the tick open. The answer must be slot_done, read from the row version the refusal was decided on."""
+    """Another transaction is completing the tick and holds the row locked; the acquire's snapshot still shows the
+    lock held and the tick open. A refusal only reads (issue 19): it answers at once, lock_held by the holder it saw
+    (the lock was held at that moment), instead of waiting on the row; once that commit lands, slot_done."""
     import asyncpg
 
     slot = key()
@@ -188,15 +189,15 @@ async def test_a_refusal_is_told_apart_on_the_version_it_was_decided_on(
             "last_completed_at = timezone('utc', now()), last_completed_by = locked_by WHERE name = $1",
             name,
         )
-        pending = asyncio.ensure_future(acquire(client, name, "10m", slot=slot))
-        await asyncio.sleep(0.3)
-        assert not pending.done()  # waiting on the row lock
+        r = await asyncio.wait_for(acquire(client, name, "10m", slot=slot), 1.0)  # no wait on the locked row
+        assert error(r)["code"] == "lock_held"
+        assert error(r)["locked_by"] == lease["locked_by"]
         await tx.commit()
-        r = await pending
     finally:
         await conn.close()
-    assert error(r)["code"] == "slot_done"
-    assert error(r)["locked_by"] == lease["locked_by"]
+    after = await acquire(client, name, "10m", slot=slot)
+    assert error(after)["code"] == "slot_done"
+    assert error(after)["locked_by"] == lease["locked_by"]
 
 
 def floor_minute(t: datetime) -> datetime:

@@ -102,6 +102,10 @@ class StatementPool:
     def get_max_size(self) -> int:
         return self._max_size
 
+    def saturated(self) -> bool:
+        """Every connection the pool may open is lent: a statement sent now would wait for one."""
+        return self._lent >= self._max_size
+
     async def close(self) -> None:
         """Stop lending, wait for lent connections to come back, then close every connection gracefully."""
         self._closing = True

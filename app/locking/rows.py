@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.locking.timefmt import as_utc_naive
+from app.errors import LockHeld, SlotDone
+from app.locking.timefmt import as_utc_naive, format_time
 
 #: The database's now, in UTC: every time schedlock writes or compares comes from here (ShedLock's usingDbTime()).
 NOW = "timezone('utc', CURRENT_TIMESTAMP)"
@@ -67,4 +68,30 @@ def row_from(record: Any) -> LockRow:
         record["last_completed_slot"],
         record["last_completed_at"],
         record["last_completed_by"],
+    )
+
+
+def held(name: str, current: LockRow) -> LockHeld:
+    """The refusal of an acquire: who holds ``name``, since and until when."""
+    return LockHeld(
+        f"{name!r} is held by {current.locked_by!r} until {format_time(current.lock_until)}",
+        name=name,
+        locked_by=current.locked_by,
+        locked_at=format_time(current.locked_at),
+        lock_until=format_time(current.lock_until),
+        db_time=format_time(current.db_time),
+    )
+
+
+def slot_done(name: str, current: LockRow) -> SlotDone:
+    """The refusal of a slotted acquire whose tick was completed: when and by whom."""
+    completed_at = format_time(current.last_completed_at) if current.last_completed_at is not None else None
+    return SlotDone(
+        f"slot {current.last_completed_slot!r} of {name!r} was completed at {completed_at} "
+        f"by {current.last_completed_by!r}",
+        name=name,
+        slot=current.last_completed_slot,
+        completed_at=completed_at,
+        locked_by=current.last_completed_by,
+        db_time=format_time(current.db_time),
     )

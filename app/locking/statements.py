@@ -13,6 +13,9 @@ transaction holds locked; those operations come back *busy* (``ok`` NULL) and th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
+
 from app.locking.leases import FORCED_MARKER_SQL
 from app.locking.rows import NOW, ROW, row_of
 
@@ -22,6 +25,27 @@ _ACQUIRE_COLUMNS = "name, at_most, locked_by, token_hash, at_least"
 _ACQUIRE_TYPES = ("text", "interval", "text", "bytea", "interval")
 _RELEASE_COLUMNS = "name, token_hash, marker, completed"
 _RELEASE_TYPES = ("text", "bytea", "bytea", "boolean")
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireOp:
+    """One acquire, in the statement's parameter order."""
+
+    name: str
+    at_most: timedelta
+    locked_by: str
+    token_hash: bytes
+    at_least: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseOp:
+    """One release, in the statement's parameter order."""
+
+    name: str
+    token_hash: bytes
+    marker: bytes
+    completed: bool
 
 
 def free(row: str, slot: str) -> str:

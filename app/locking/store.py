@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import astuple
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,36 +25,14 @@ from app.coalescing.flights import Alone, Answer, Failed, Flights, Outcome
 from app.db.pool import StatementPool
 from app.db.runner import Observer, Statements
 from app.db.schema import qualified_name, runs_table
-from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, SlotDone, StorageUnavailable
+from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, StorageUnavailable
 from app.locking import slots
 from app.locking.leases import hash_token, new_token, released_marker
 from app.locking.listing import list_query
-from app.locking.rows import Lease, LockRow, Page, row_from
-from app.locking.statements import LockStatements
-from app.locking.timefmt import format_time
+from app.locking.rows import Lease, LockRow, Page, held, row_from, slot_done
+from app.locking.statements import AcquireOp, LockStatements, ReleaseOp
 
 logger = logging.getLogger("schedlock.locks")
-
-
-@dataclass(frozen=True, slots=True)
-class AcquireOp:
-    """One acquire, in the statement's parameter order."""
-
-    name: str
-    at_most: timedelta
-    locked_by: str
-    token_hash: bytes
-    at_least: timedelta
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseOp:
-    """One release, in the statement's parameter order."""
-
-    name: str
-    token_hash: bytes
-    marker: bytes
-    completed: bool
 
 
 class LockStore:
@@ -72,11 +50,7 @@ class LockStore:
         self.db_clock = slots.DbClock()
         self._acquiring: Flights[Lease | LockRow] = Flights()
         self._orphans: set[asyncio.Task[Any]] = set()
-        pool = statements.pool
-
-        def busy() -> bool:
-            return pool.get_idle_size() == 0 and pool.get_size() >= pool.get_max_size()
-
+        busy = statements.pool.saturated
         self.acquires: Batches[AcquireOp, Any] = Batches(
             lambda op: self._one("acquire", sql.acquire, op),
             lambda ops: self._many("acquire_batch", sql.acquire_many, ops),
@@ -155,7 +129,7 @@ class LockStore:
         if current.last_completed_slot == record["picked"]:
             if self._on_held is not None:  # a skipped run, whether the tick was done or someone holds the lock
                 self._on_held(current)
-            raise _slot_done(name, current)
+            raise slot_done(name, current)
         raise self._held(name, current)
 
     async def _refused(self, name: str, record: Any, slot: str | None = None) -> LockRow:
@@ -172,14 +146,7 @@ class LockStore:
     def _held(self, name: str, current: LockRow) -> LockHeld:
         if self._on_held is not None:
             self._on_held(current)
-        return LockHeld(
-            f"{name!r} is held by {current.locked_by!r} until {format_time(current.lock_until)}",
-            name=name,
-            locked_by=current.locked_by,
-            locked_at=format_time(current.locked_at),
-            lock_until=format_time(current.lock_until),
-            db_time=format_time(current.db_time),
-        )
+        return held(name, current)
 
     async def release(self, name: str, token: str, completed: bool = True) -> LockRow:
         """End the lease; ``completed`` (the job finished) records its slot, if it has one, as completed."""
@@ -296,16 +263,3 @@ def _follow(outcome: Outcome[Lease | LockRow]) -> Answer[Lease | LockRow] | Fail
         case Failed(Exception() as exc) if (error := _everyones(exc)) is not None:
             return Failed(error)
     return Alone()
-
-
-def _slot_done(name: str, current: LockRow) -> SlotDone:
-    completed_at = format_time(current.last_completed_at) if current.last_completed_at is not None else None
-    return SlotDone(
-        f"slot {current.last_completed_slot!r} of {name!r} was completed at {completed_at} "
-        f"by {current.last_completed_by!r}",
-        name=name,
-        slot=current.last_completed_slot,
-        completed_at=completed_at,
-        locked_by=current.last_completed_by,
-        db_time=format_time(current.db_time),
-    )
