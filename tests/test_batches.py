@@ -410,16 +410,25 @@ async def test_a_release_batch_never_waits_on_a_locked_row_whatever_the_plan(
 
 async def test_a_batch_that_fails_answers_each_caller_as_alone(settings: Settings, name: str) -> None:
     async with own_store(settings) as store:
-        too_long = f"{name}-" + "x" * 80  # the HTTP layer refuses it; the table's column (64) makes its statement fail
-        outcomes = await burst(store, [f"{name}-0", f"{name}-a", too_long, f"{name}-b"])
-        assert all(isinstance(outcomes[i], Lease) for i in (0, 1, 3))
-        assert isinstance(outcomes[2], asyncpg.StringDataRightTruncationError)
+        names = [f"{name}-{i}" for i in range(5)]
+        for n in names:  # rows that exist and are free: a batch takes them over (a name with no row goes alone)
+            await store.release(n, (await store.acquire(n, AT_MOST, timedelta(0), "earlier")).token)
+        # the HTTP layer refuses such a duration; the database cannot add it to now, so its statement fails
+        too_long = timedelta(days=999_999_999)
+        outcomes = await asyncio.gather(
+            *(store.acquire(n, too_long if i == 2 else AT_MOST, timedelta(0), "node") for i, n in enumerate(names)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(outcomes[i], Lease) for i in (0, 1, 3, 4))
+        assert isinstance(outcomes[2], asyncpg.DataError)
         assert store.acquires.batches == 0  # the batch failed; each then ran alone
 
 
 async def test_a_lease_a_batch_granted_to_a_caller_gone_is_released(settings: Settings, name: str) -> None:
     # Defect 5: a caller that leaves while its batch runs must not leave a lease that blocks the job.
     async with own_store(settings) as store:
+        for n in (f"{name}-gone", f"{name}-stays"):  # rows that exist: the batch takes them over
+            await store.release(n, (await store.acquire(n, AT_MOST, timedelta(0), "earlier")).token)
         statements = store.statements
         real = statements.fetch
         calls: list[asyncio.Future[Any]] = []

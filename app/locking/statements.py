@@ -8,7 +8,8 @@ and explains. The operation's input is a relation ``i``: one row of parameters, 
 A refused acquire only reads: a row the statement's snapshot shows held is never written, so a refusal takes no row
 lock, no transaction id and no WAL, and never waits behind the holder's commit. A batch never waits on a row lock
 either: it locks the rows it will write first, in name order (whatever plan Postgres chose), skipping rows another
-transaction holds locked; those operations come back *busy* (``ok`` NULL) and their callers go alone.
+transaction holds locked, and inserts no new name (an insert may wait on another's uncommitted insert); those
+operations come back *busy* (``ok`` NULL) and their callers go alone.
 """
 
 from __future__ import annotations
@@ -70,8 +71,9 @@ def _names(many: bool) -> str:
 
 def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
     """Insert, or take over a free row (``free``). Answers ``ok`` true with the new lease's row, false with the
-    holder's row as the snapshot saw it, NULL (batched only) when the row was locked by another transaction; a name
-    neither taken nor seen (inserted after the snapshot) has no answer row.
+    holder's row as the snapshot saw it; a name neither taken nor seen (inserted after the snapshot) has no answer
+    row. Batched, ``ok`` NULL (busy) says the operation needs a statement of its own: its row was locked by another
+    transaction, or it has no row yet. So a batch never waits on a lock.
 
     Batched: $1.. are arrays, one element per operation, each name at most once. Slotted (single only): $6 tick
     times, $7 their keys, $8 lo, $9 hi, $10 grace (app.locking.slots.Candidates) pick the slot with the statement's
@@ -94,10 +96,11 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
         if many
         else ""
     )
-    # Single: insert unless the snapshot shows the row taken (then the refusal only reads). Batched: insert a name
-    # the snapshot has no row for, or one claimed above; a row seen free but not claimed is another's (busy).
+    # Single: insert unless the snapshot shows the row taken (then the refusal only reads). Batched: take over only
+    # the rows claimed above. A row seen free but not claimed is another's, and a name with no row yet is left to
+    # a statement of its own (an insert may wait on another's uncommitted insert of the name): both are busy.
     insert_if = (
-        "(NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name) OR i.name IN (SELECT name FROM claim))"
+        "i.name IN (SELECT name FROM claim)"
         if many
         else f"NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name AND NOT ({free('s', 'i.slot')}))"
     )
@@ -106,13 +109,17 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
     refused = f"CASE WHEN NOT ({free('s', 'i.slot')}) THEN false END" if many else "false"
     picked = ", (SELECT key FROM pick) AS picked" if slotted else ""
     nulls = ", ".join("NULL" for _ in ROW.split(","))
-    nothing_seen = (
-        f"""
+    if slotted:  # the window missed: nothing taken, nothing seen, and the statement's now
+        nothing_seen = f"""
         UNION ALL
         SELECT false, {nulls}, {NOW}{picked} WHERE NOT EXISTS (SELECT FROM taken) AND NOT EXISTS (SELECT FROM seen)"""
-        if slotted
-        else ""
-    )
+    elif many:  # a name with no row: busy
+        no_row = ", ".join(["i.name", *("NULL" for _ in ROW.split(",")[1:])])
+        nothing_seen = f"""
+        UNION ALL
+        SELECT NULL, {no_row}, {NOW} FROM input i WHERE NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name)"""
+    else:
+        nothing_seen = ""
     return f"""
         WITH {pick}
         input AS ({_input(_ACQUIRE_COLUMNS, _ACQUIRE_TYPES, many, slot)}),
