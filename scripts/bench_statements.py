@@ -75,10 +75,16 @@ def locking_refusal_sql(table: str) -> str:
 class Variants:
     def __init__(self, store: LockStore, conn: Any, locks: int) -> None:
         self.store, self.conn, self.locks = store, conn, locks
-        self.round = 0
 
     def names(self, label: str) -> list[str]:
-        return [f"{label}-{self.round}-{i}" for i in range(self.locks)]
+        """The same names every round: the rows exist (a lock row is never deleted), as in a service's steady state."""
+        return [f"{label}-{i}" for i in range(self.locks)]
+
+    async def seed(self) -> None:
+        """Insert every name's row once, before anything is measured."""
+        for label in ("java", "one", "many"):
+            for name in self.names(label):
+                await self.conn.fetch(self.store.sql.acquire, name, timedelta(0, 0, 1), "seed", b"s" * 32, timedelta(0))
 
     async def shedlock_cycles(self) -> None:
         acquire, unlock = shedlock_sql(self.store.table)
@@ -136,10 +142,10 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
         "refused: INSERT ... ON CONFLICT (before)": lambda: variants.refused(locking_refusal_sql(store.table)),
         "refused: schedlock's acquire (now)": lambda: variants.refused(store.sql.acquire),
     }
+    await variants.seed()
     results: dict[str, list[tuple[float, float]]] = {label: [] for label in plan}
     labels = list(plan)
     for r in range(args.rounds):
-        variants.round = r
         order = labels if r % 2 == 0 else labels[::-1]
         for label in order:
             results[label].append(await measure(conn, pid, plan[label], args.locks))

@@ -22,10 +22,6 @@ from app.locking.rows import NOW, ROW, row_of
 
 #: The columns an acquire writes, in its INSERT's order.
 _WRITTEN = "name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot"
-_ACQUIRE_COLUMNS = "name, at_most, locked_by, token_hash, at_least"
-_ACQUIRE_TYPES = ("text", "interval", "text", "bytea", "interval")
-_RELEASE_COLUMNS = "name, token_hash, marker, completed"
-_RELEASE_TYPES = ("text", "bytea", "bytea", "boolean")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,18 +51,48 @@ def free(row: str, slot: str) -> str:
     return f"{row}.lock_until <= {NOW} AND ({row}.last_completed_slot = {slot}) IS NOT TRUE"
 
 
-def _input(columns: str, types: tuple[str, ...], many: bool, extra: str = "") -> str:
-    """The operation(s) as a relation: parameters $1.. as one row, or as arrays unnested into rows."""
-    names = [c.strip() for c in columns.split(",")]
-    if many:
-        arrays = ", ".join(f"${n}::{t}[]" for n, t in enumerate(types, 1))
-        return f"SELECT *{extra} FROM unnest({arrays}) AS u({columns})"
-    values = ", ".join(f"${n}::{t} AS {c}" for n, (t, c) in enumerate(zip(types, names, strict=True), 1))
-    return f"SELECT {values}{extra}"
+@dataclass(frozen=True)
+class _Operands:
+    """How a statement names its operation's values: ``col`` is a value's expression (``$2::interval`` for one
+    operation; ``i.at_most`` for a batch, whose arrays are the relation ``input i``); ``with_input`` is that CTE,
+    ``from_input`` and ``join_input`` what reads it."""
+
+    many: bool
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+    slot: str = "NULL::text"
+
+    def col(self, column: str) -> str:
+        if column == "slot":
+            return "i.slot" if self.many else self.slot
+        if self.many:
+            return f"i.{column}"
+        n = self.columns.index(column)
+        return f"${n + 1}::{self.types[n]}"
+
+    @property
+    def with_input(self) -> str:
+        if not self.many:
+            return ""
+        arrays = ", ".join(f"${n}::{t}[]" for n, t in enumerate(self.types, 1))
+        return f"input AS (SELECT *, {self.slot} AS slot FROM unnest({arrays}) AS u({', '.join(self.columns)})),"
+
+    @property
+    def from_input(self) -> str:
+        return " FROM input i" if self.many else ""
+
+    def join_input(self, alias: str) -> str:
+        return f" JOIN input i ON i.name = {alias}.name" if self.many else ""
+
+    @property
+    def names(self) -> str:
+        return "= ANY($1::text[])" if self.many else "= $1"
 
 
-def _names(many: bool) -> str:
-    return "= ANY($1::text[])" if many else "= $1"
+_ACQUIRE = ("name", "at_most", "locked_by", "token_hash", "at_least")
+_ACQUIRE_TYPES = ("text", "interval", "text", "bytea", "interval")
+_RELEASE = ("name", "token_hash", "marker", "completed")
+_RELEASE_TYPES = ("text", "bytea", "bytea", "boolean")
 
 
 def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
@@ -75,11 +101,12 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
     row. Batched, ``ok`` NULL (busy) says the operation needs a statement of its own: its row was locked by another
     transaction, or it has no row yet. So a batch never waits on a lock.
 
-    Batched: $1.. are arrays, one element per operation, each name at most once. Slotted (single only): $6 tick
-    times, $7 their keys, $8 lo, $9 hi, $10 grace (app.locking.slots.Candidates) pick the slot with the statement's
-    own now, and every answer carries it as ``picked`` (NULL: that now fell outside the window; nothing written)."""
+    $1 name, $2 lock_at_most_for, $3 locked_by, $4 lease hash, $5 lock_at_least_for (batched: arrays, one element per
+    operation, each name at most once). Slotted (single only): $6 tick times, $7 their keys, $8 lo, $9 hi, $10 grace
+    (app.locking.slots.Candidates) pick the slot with the statement's own now, and every answer carries it as
+    ``picked`` (NULL: that now fell outside the window; nothing written)."""
     assert not (many and slotted), "the slotted acquire is never batched"
-    slot = ", (SELECT key FROM pick) AS slot" if slotted else ", NULL::text AS slot"
+    o = _Operands(many, _ACQUIRE, _ACQUIRE_TYPES, "(SELECT key FROM pick)" if slotted else "NULL::text")
     pick = (
         f"""pick AS (
           SELECT (SELECT c.key FROM unnest($6::timestamp[], $7::text[]) AS c(at, key)
@@ -88,10 +115,11 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
         if slotted
         else ""
     )
+    slot = o.col("slot")
     # Batched: the rows to take over are locked first, in name order, skipping any another transaction has locked.
     claim = (
         f"""claim AS MATERIALIZED (
-          SELECT c.name FROM {table} c JOIN input i ON i.name = c.name WHERE {free("c", "i.slot")}
+          SELECT c.name FROM {table} c JOIN input i ON i.name = c.name WHERE {free("c", slot)}
           ORDER BY c.name FOR NO KEY UPDATE OF c SKIP LOCKED),"""
         if many
         else ""
@@ -102,14 +130,14 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
     insert_if = (
         "i.name IN (SELECT name FROM claim)"
         if many
-        else f"NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name AND NOT ({free('s', 'i.slot')}))"
+        else f"NOT EXISTS (SELECT FROM seen s WHERE NOT ({free('s', slot)}))"
     )
     if slotted:
-        insert_if += " AND i.slot IS NOT NULL"
-    refused = f"CASE WHEN NOT ({free('s', 'i.slot')}) THEN false END" if many else "false"
+        insert_if += f" AND {slot} IS NOT NULL"
+    refused = f"CASE WHEN NOT ({free('s', slot)}) THEN false END" if many else "false"
     picked = ", (SELECT key FROM pick) AS picked" if slotted else ""
-    nulls = ", ".join("NULL" for _ in ROW.split(","))
     if slotted:  # the window missed: nothing taken, nothing seen, and the statement's now
+        nulls = ", ".join("NULL" for _ in ROW.split(","))
         nothing_seen = f"""
         UNION ALL
         SELECT false, {nulls}, {NOW}{picked} WHERE NOT EXISTS (SELECT FROM taken) AND NOT EXISTS (SELECT FROM seen)"""
@@ -120,16 +148,17 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
         SELECT NULL, {no_row}, {NOW} FROM input i WHERE NOT EXISTS (SELECT FROM seen s WHERE s.name = i.name)"""
     else:
         nothing_seen = ""
+    at_most, at_least = f"{NOW} + {o.col('at_most')}", o.col("at_least")
+    values = ", ".join([o.col("name"), at_most, NOW, o.col("locked_by"), o.col("token_hash"), at_least, slot])
     return f"""
         WITH {pick}
-        input AS ({_input(_ACQUIRE_COLUMNS, _ACQUIRE_TYPES, many, slot)}),
-        seen AS (SELECT {ROW} FROM {table} WHERE name {_names(many)}),
+        {o.with_input}
+        seen AS (SELECT {ROW} FROM {table} WHERE name {o.names}),
         {claim}
         taken AS (
           INSERT INTO {table} AS l ({_WRITTEN})
-          SELECT i.name, {NOW} + i.at_most, {NOW}, i.locked_by, i.token_hash, i.at_least, i.slot FROM input i
-          WHERE {insert_if}
-          ORDER BY i.name
+          SELECT {values}{o.from_input}
+          WHERE {insert_if}{" ORDER BY i.name" if many else ""}
           ON CONFLICT (name) DO UPDATE SET
             lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by,
             lease_token_hash = EXCLUDED.lease_token_hash, lock_at_least_for = EXCLUDED.lock_at_least_for,
@@ -138,7 +167,7 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
           RETURNING {ROW})
         SELECT true AS ok, {ROW}, {NOW} AS db_time{picked} FROM taken
         UNION ALL
-        SELECT {refused}, {row_of("s")}, {NOW}{picked} FROM seen s JOIN input i ON i.name = s.name
+        SELECT {refused}, {row_of("s")}, {NOW}{picked} FROM seen s{o.join_input("s")}
         WHERE NOT EXISTS (SELECT FROM taken WHERE taken.name = s.name){nothing_seen}"""
 
 
@@ -149,7 +178,9 @@ def release(table: str, *, many: bool = False) -> str:
     does not hold it, NULL (batched only) when another transaction had the row locked; no row: no such lock.
 
     $1 name, $2 the token's hash, $3 the released marker, $4 completed (arrays when batched)."""
-    completes = "l.lease_token_hash = i.token_hash AND i.completed AND l.slot IS NOT NULL"
+    o = _Operands(many, _RELEASE, _RELEASE_TYPES)
+    token_hash, marker = o.col("token_hash"), o.col("marker")
+    completes = f"l.lease_token_hash = {token_hash} AND {o.col('completed')} AND l.slot IS NOT NULL"
     locked = (
         f"""locked AS MATERIALIZED (
           SELECT name FROM {table} WHERE name = ANY($1::text[]) ORDER BY name FOR NO KEY UPDATE SKIP LOCKED),"""
@@ -159,23 +190,24 @@ def release(table: str, *, many: bool = False) -> str:
     only_locked = " AND l.name IN (SELECT name FROM locked)" if many else ""
     refused = "CASE WHEN l.name IN (SELECT name FROM locked) THEN false END" if many else "false"
     return f"""
-        WITH input AS ({_input(_RELEASE_COLUMNS, _RELEASE_TYPES, many)}),
+        WITH {o.with_input}
         {locked}
         done AS (
           UPDATE {table} AS l SET
-            lock_until = CASE WHEN l.lease_token_hash = i.marker THEN l.lock_until
+            lock_until = CASE WHEN l.lease_token_hash = {marker} THEN l.lock_until
               ELSE GREATEST({NOW}, l.locked_at + COALESCE(l.lock_at_least_for, interval '0')) END,
-            lease_token_hash = i.marker,
+            lease_token_hash = {marker},
             last_completed_slot = CASE WHEN {completes} THEN l.slot ELSE l.last_completed_slot END,
             last_completed_at = CASE WHEN {completes} THEN {NOW} ELSE l.last_completed_at END,
             last_completed_by = CASE WHEN {completes} THEN l.locked_by ELSE l.last_completed_by END
-          FROM input i
-          WHERE l.name = i.name AND l.lease_token_hash IN (i.token_hash, i.marker){only_locked}
+          {"FROM input i" if many else ""}
+          WHERE l.name {"= i.name" if many else "= $1"}
+            AND l.lease_token_hash IN ({token_hash}, {marker}){only_locked}
           RETURNING {row_of("l")})
         SELECT true AS ok, {ROW}, {NOW} AS db_time FROM done
         UNION ALL
         SELECT {refused}, {row_of("l")}, {NOW} FROM {table} l
-        WHERE l.name {_names(many)} AND NOT EXISTS (SELECT FROM done WHERE done.name = l.name)"""
+        WHERE l.name {o.names} AND NOT EXISTS (SELECT FROM done WHERE done.name = l.name)"""
 
 
 class LockStatements:
