@@ -83,6 +83,12 @@ def render(results: dict[str, Any]) -> str:
                 f"  {'server CPU per request':<26}{cpu['median']:,.0f} us; the server process kept "
                 f"{busy['median']:.2f} of a core busy"
             )
+        machine = {side: (v.get(side) or {}).get("machine_cores_busy") for side in ("http", "etcd")}
+        if machine["http"]:
+            etcd = f"; etcd's runs {machine['etcd']['median']:.2f}" if machine["etcd"] else ""
+            lines.append(
+                f"  {'whole machine busy':<26}{machine['http']['median']:.2f} cores during schedlock's runs{etcd}"
+            )
         lines += _cpu_per_cycle(v)
         for key, title in (("ratio", "ratio HTTP / direct"), ("ratio_etcd", "ratio schedlock / etcd")):
             if key in v:

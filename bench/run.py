@@ -137,6 +137,7 @@ class _Bench:
         with target.ProcessWatch(self.server.pid) as watch, BackendsCpu(self.c.database_url, self.server.pid) as db:
             phase = run_wrk(self.server.url, replace(load, token=self.token))
         phase.server_cpu_s, phase.server_rss_mb, phase.db_cpu_s = watch.cpu_s, watch.rss_mb, db.cpu_s
+        phase.machine_cpu_s = watch.machine_cpu_s
         target.expire_bench_leases(self.c.database_url, self.sql_table, self.prefix)
         return phase
 
@@ -146,7 +147,7 @@ class _Bench:
         at_most_s = int(load.at_most.removesuffix("s"))  # Load.at_most is written "<n>s"
         with target.ProcessWatch(self.etcd.pid) as watch:
             phase = run_wrk(self.etcd.url, load, etcd_peer.wrk_env(self.c.etcd_lease, at_most_s))
-        phase.server_cpu_s = watch.cpu_s
+        phase.server_cpu_s, phase.machine_cpu_s = watch.cpu_s, watch.machine_cpu_s
         self.etcd_rss_mb = max(self.etcd_rss_mb or 0.0, watch.rss_mb or 0.0)
         self.etcd.reset()
         return phase

@@ -45,6 +45,8 @@ class Phase:
     server_rss_mb: float | None = None
     #: CPU seconds the Postgres backends serving the phase used, when they could be found.
     db_cpu_s: float | None = None
+    #: CPU seconds the whole machine was busy during the phase, when measured.
+    machine_cpu_s: float | None = None
     #: HTTP requests sent (wrk's count); an etcd cycle takes more requests than a schedlock one.
     http_requests: int | None = None
 
@@ -74,6 +76,8 @@ class Phase:
             if self.server_cpu_s is not None and requests
             else None,
             "server_rss_mb": round(self.server_rss_mb, 1) if self.server_rss_mb is not None else None,
+            # Cores the whole machine kept busy: below the machine's count, something waits instead of working.
+            "machine_cores_busy": round(self.machine_cpu_s / s, 2) if self.machine_cpu_s is not None and s else None,
             "db_cpu_s": round(self.db_cpu_s, 2) if self.db_cpu_s is not None else None,
             # Server (or etcd) plus database CPU per completed cycle: what a lock cycle costs the machine.
             "cpu_us_per_cycle": round(sum(cpu) / cycles * 1e6) if cpu and cycles else None,

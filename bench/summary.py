@@ -48,6 +48,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = spread(values) if values else None
     busy = [r["server_cpu_s"] / r["seconds"] for r in runs if r["server_cpu_s"] is not None and r["seconds"]]
     out["server_cores_busy"] = spread(busy) if busy else None
+    machine = [r["machine_cores_busy"] for r in runs if r.get("machine_cores_busy") is not None]
+    out["machine_cores_busy"] = spread(machine) if machine else None
     return out
 
 

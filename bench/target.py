@@ -109,6 +109,13 @@ def terminate(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every core of the machine has been busy since boot (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 class ProcessWatch:
     """Samples a process's RSS while a phase runs (largest value kept) and measures the CPU it used.
 
@@ -123,8 +130,12 @@ class ProcessWatch:
         self._cpu0: dict[int, float] = {}
         self.rss_mb: float | None = None
         self.cpu_s: float | None = None
+        #: CPU seconds the whole machine was busy meanwhile (every process: load generator, server, Postgres).
+        self.machine_cpu_s: float | None = None
+        self._machine0 = 0.0
 
     def __enter__(self) -> ProcessWatch:
+        self._machine0 = machine_busy_s()
         if self._pid is not None:
             self._cpu0 = tree_cpu_s(self._pid)
             self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -132,6 +143,7 @@ class ProcessWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.machine_cpu_s = machine_busy_s() - self._machine0
         if self._pid is None or self._thread is None:
             return
         self._stop.set()

@@ -87,6 +87,7 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         "etcd_ratio_uncontended",
         "etcd_ratio_contended",
         "cpu_per_cycle_vs_etcd",
+        "machine_cores_busy",
         "latency_acquire_p99_ms",
         "list_first_page_p99_ms",
         "server_rss_mb",
