@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from datetime import datetime
 
-import httpx
 import pytest
 
 from app.settings import Settings
 from tests.support.servers import LiveServer, free_port, server_env, spawn_server, stop_server, wait_for
-from tests.support.shedlock_provider import Driver, build
+from tests.support.shedlock_provider import Driver, acquire, build, lock_runs, when
+from tests.support.shedlock_provider import lock_row as lock
 
 pytestmark = pytest.mark.system
 
@@ -26,36 +25,13 @@ def driver() -> Iterator[Driver]:
     program.close()
 
 
-def when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def lock(server: LiveServer, name: str) -> dict[str, object]:
-    response = httpx.get(f"{server.url}/v1/locks/{name}", timeout=10)
-    assert response.status_code == 200, response.text
-    body: dict[str, object] = response.json()
-    return body
-
-
-def runs(server: LiveServer, name: str) -> list[dict[str, object]]:
-    response = httpx.get(f"{server.url}/v1/locks/{name}/runs", timeout=10)
-    assert response.status_code == 200, response.text
-    items: list[dict[str, object]] = response.json()["items"]
-    return items
-
-
-def acquire(server: LiveServer, name: str, at_most: str = "1m", **extra: object) -> httpx.Response:
-    body = {"lock_at_most_for": at_most, **extra}
-    return httpx.post(f"{server.url}/v1/locks/{name}/acquire", json=body, timeout=10)
-
-
 def test_a_run_holds_the_lock_and_sees_its_fencing_token(driver: Driver, live_server: LiveServer, name: str) -> None:
     run = driver.send("run", live_server.url, name, 60_000, 0)
     assert run["executed"] and run["assert_locked"], run
     assert " pid " in str(run["locked_by"]), "the default holder is the host name and the JVM's pid"
     assert run["lease_after"] is False, "the lease is no longer current once the task has ended"
     assert lock(live_server, name)["held"] is False, "released after the task"
-    [history] = runs(live_server, name)
+    [history] = lock_runs(live_server, name)
     assert history["fencing_token"] == run["fencing_token"] and history["outcome"] == "released"
     assert history["locked_by"] == run["locked_by"]
     outside = driver.send("outside")
@@ -87,7 +63,7 @@ def test_extend_gives_a_new_lock_and_spends_the_old_one(driver: Driver, live_ser
     assert extend["lease_after_unlock"] is False
     assert (when(extend["task_after"]) - when(extend["task_before"])).total_seconds() > 80, "LockExtender"
     assert lock(live_server, name)["held"] is False
-    assert [r["outcome"] for r in runs(live_server, name)] == ["released", "released"]
+    assert [r["outcome"] for r in lock_runs(live_server, name)] == ["released", "released"]
     expired = driver.send("extend-expired", live_server.url, f"{name}-x")
     assert expired == {"extended": False, "lease_after": False}, "an expired lease is not extended (as in ShedLock)"
 
@@ -96,7 +72,7 @@ def test_keep_alive_holds_a_lock_past_lock_at_most_for(driver: Driver, live_serv
     kept = driver.send("keepalive", live_server.url, name)
     assert kept["rival_acquired"] is False, "a rival node got the lock while the task ran past lockAtMostFor"
     assert (when(kept["end_until"]) - when(kept["start_until"])).total_seconds() > 1
-    [history] = runs(live_server, name)
+    [history] = lock_runs(live_server, name)
     assert history["outcome"] == "released" and history["fencing_token"] == kept["fencing_token"]
     assert int(str(history["duration_ms"])) > 3000, "the task ran longer than lockAtMostFor (2 s)"
 

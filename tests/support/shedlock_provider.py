@@ -17,13 +17,16 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlencode
+from urllib.parse import urlencode, urlsplit
 
+import httpx
 import pytest
 
 from tests.support.polyglot import require
+from tests.support.servers import LiveServer
 
 ROOT = Path(__file__).parents[2]
 BUILD = ROOT / "tests" / "integrations" / "java"
@@ -43,8 +46,10 @@ class Build:
         return f"{jars[0]}{os.pathsep}{(target / 'classpath.txt').read_text().strip()}"
 
     def java(self, module: str, main: str, *args: str) -> list[str]:
-        """A java command line running ``main`` of ``module``."""
-        return [require("java", "openjdk-17-jdk-headless"), "-cp", self.classpath(module), main, *args]
+        """A java command line running ``main`` of ``module``. The JIT stops at C1: these JVMs live seconds, and
+        start markedly faster on a loaded machine without C2's compilations."""
+        java = require("java", "openjdk-17-jdk-headless")
+        return [java, "-XX:TieredStopAtLevel=1", "-cp", self.classpath(module), main, *args]
 
 
 @functools.cache
@@ -179,3 +184,43 @@ def stop_jvm(jvm: Jvm) -> None:
         jvm.reader.join(timeout=10)
     if jvm.process.stdout is not None:
         jvm.process.stdout.close()
+
+
+def when(text: str) -> datetime:
+    """A time of the API (ISO-8601 with Z)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def lock_row(server: LiveServer, name: str) -> dict[str, Any]:
+    """GET /v1/locks/{name}, which must exist."""
+    response = httpx.get(f"{server.url}/v1/locks/{name}", timeout=10)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def lock_runs(server: LiveServer, name: str) -> list[dict[str, Any]]:
+    """The lock's runs from the history, newest first."""
+    response = httpx.get(f"{server.url}/v1/locks/{name}/runs", timeout=10)
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+def all_runs(server: LiveServer, prefix: str) -> list[dict[str, Any]]:
+    """Every run of the names under ``prefix``, oldest first."""
+    response = httpx.get(f"{server.url}/v1/runs", params={"prefix": prefix, "limit": 1000}, timeout=10)
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return sorted(items, key=lambda r: (r["acquired_at"], r["fencing_token"]))
+
+
+def acquire(server: LiveServer, name: str, at_most: str = "1m", **extra: object) -> httpx.Response:
+    """POST acquire, without a token."""
+    body = {"lock_at_most_for": at_most, **extra}
+    return httpx.post(f"{server.url}/v1/locks/{name}/acquire", json=body, timeout=10)
+
+
+def release(server: LiveServer, name: str, token: str) -> httpx.Response:
+    """POST release."""
+    return httpx.post(f"{server.url}/v1/locks/{name}/release", json={"token": token}, timeout=10)

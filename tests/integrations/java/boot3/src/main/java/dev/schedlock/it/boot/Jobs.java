@@ -24,7 +24,7 @@ public class Jobs {
     }
 
     @Scheduled(cron = "*/2 * * * * *")
-    @SchedulerLock(name = "${demo.prefix}direct", lockAtMostFor = "PT10S", lockAtLeastFor = "PT1S")
+    @SchedulerLock(name = "${demo.prefix}direct", lockAtMostFor = "PT10S", lockAtLeastFor = "PT1.8S")
     public void direct() {
         LockAssert.assertLocked();
         long fencingToken = SchedlockLocks.currentLease().map(SchedlockLease::fencingToken).orElse(-1L);
