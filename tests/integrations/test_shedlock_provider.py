@@ -6,12 +6,22 @@ The scenarios run in tests/integrations/java/shedlock7's Driver, one JVM for the
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from app.settings import Settings
-from tests.support.servers import LiveServer, free_port, server_env, spawn_server, stop_server, wait_for
+from tests.support.polyglot import SECRET, token_config
+from tests.support.servers import (
+    LiveServer,
+    free_port,
+    server_env,
+    spawn_server,
+    start_server,
+    stop_server,
+    wait_for,
+)
 from tests.support.shedlock_provider import Driver, acquire, build, lock_runs, when
 from tests.support.shedlock_provider import lock_row as lock
 
@@ -111,6 +121,23 @@ def test_503_throws_instead_of_skipping(driver: Driver, unmigrated_server: LiveS
     unavailable = driver.send("failure", unmigrated_server.url, name)
     assert unavailable["threw"] == "SchedlockException" and unavailable["task_ran"] is False
     assert unavailable["status"] == 503 and unavailable["code"] == "storage_unavailable", unavailable
+
+
+@pytest.fixture(scope="module")
+def token_server(settings: Settings) -> Iterator[LiveServer]:
+    """A server that requires an API token (the polyglot tests' token: names under "poly.")."""
+    server = start_server(settings, {"SCHEDLOCK_TOKENS": token_config()})
+    yield server
+    stop_server(server)
+
+
+def test_the_api_token_is_sent_and_a_wrong_one_throws(driver: Driver, token_server: LiveServer) -> None:
+    name = f"poly.{uuid.uuid4().hex[:12]}"
+    assert driver.send("token", token_server.url, SECRET, name)["executed"]
+    wrong = driver.send("token-failure", token_server.url, "not-the-secret", name)
+    assert wrong["status"] == 401 and wrong["code"] == "unauthorized" and wrong["task_ran"] is False, wrong
+    outside = driver.send("token-failure", token_server.url, SECRET, "elsewhere.job")
+    assert outside["status"] == 403 and outside["code"] == "forbidden" and outside["task_ran"] is False, outside
 
 
 def test_once_per_slot_skips_a_completed_tick_and_reruns_a_failed_one(

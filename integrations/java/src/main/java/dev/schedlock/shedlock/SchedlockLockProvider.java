@@ -76,11 +76,7 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
         }
         Api.Answer answer = api.post("acquire", name, body);
         if (answer.status() == 200) {
-            Map<String, Object> b = answer.body();
-            SchedlockLease lease = new SchedlockLease(name, (String) b.get("token"),
-                    ((Number) b.get("fencing_token")).longValue(), Instant.parse((String) b.get("locked_at")),
-                    Instant.parse((String) b.get("lock_until")), (String) b.get("locked_by"),
-                    (String) b.get("slot"));
+            SchedlockLease lease = lease(name, answer);
             SchedlockLocks.push(lease);
             return Optional.of(new SchedlockLock(configuration, api, lease));
         }
@@ -95,6 +91,20 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
             return Optional.empty();
         }
         throw answer.failure("acquire", name);
+    }
+
+    private static SchedlockLease lease(String name, Api.Answer answer) {
+        Map<String, Object> b = answer.body();
+        try {
+            return new SchedlockLease(name, (String) Objects.requireNonNull(b.get("token")),
+                    ((Number) b.get("fencing_token")).longValue(), Instant.parse((String) b.get("locked_at")),
+                    Instant.parse((String) b.get("lock_until")), (String) b.get("locked_by"),
+                    (String) b.get("slot"));
+        } catch (RuntimeException e) {
+            // Not a lease schedlock would send (another service on that URL?): the lock's state is unknown.
+            throw new SchedlockException("schedlock acquire of '" + name + "' answered 200 without a lease: "
+                    + b, 200, null, e);
+        }
     }
 
     /** How a name configured with {@link Builder#oncePer} or {@link Builder#slot} names its tick. */
@@ -221,5 +231,4 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
             return text.length() <= 128 ? text : text.substring(text.length() - 128);
         }
     }
-
 }

@@ -63,7 +63,10 @@ public final class Driver {
             case "extend" -> extend(a[1], a[2]);
             case "extend-expired" -> extendExpired(a[1], a[2]);
             case "keepalive" -> keepAlive(a[1], a[2]);
-            case "failure" -> failure(a[1], a[2]);
+            case "failure" -> failure(SchedlockLockProvider.builder().url(a[1]), a[2]);
+            case "token" -> run(SchedlockLockProvider.builder().url(a[1]).token(a[2]).build(), a[3],
+                    Duration.ofMinutes(1), Duration.ZERO, false);
+            case "token-failure" -> failure(SchedlockLockProvider.builder().url(a[1]).token(a[2]), a[3]);
             case "slot" -> run(SchedlockLockProvider.builder().url(a[1]).slot(a[2], () -> a[3]).build(), a[2],
                     Duration.ofMinutes(1), Duration.ZERO, a.length > 4 && a[4].equals("fail"));
             case "once-per" -> run(SchedlockLockProvider.builder().url(a[1]).oncePer(a[2], "* * * * *", "UTC")
@@ -207,11 +210,11 @@ public final class Driver {
     }
 
     /** A run whose lock cannot be had for a reason other than "held": the executor must throw, the task not run. */
-    private static Map<String, Object> failure(String url, String name) {
+    private static Map<String, Object> failure(SchedlockLockProvider.Builder builder, String name) {
         Map<String, Object> out = new LinkedHashMap<>();
         boolean[] ran = {false};
         try {
-            new DefaultLockingTaskExecutor(SchedlockLockProvider.builder().url(url)
+            new DefaultLockingTaskExecutor(builder
                     .connectTimeout(Duration.ofSeconds(2)).requestTimeout(Duration.ofSeconds(5)).build())
                     .executeWithLock((Runnable) () -> ran[0] = true, config(name, Duration.ofMinutes(1), Duration.ZERO));
             out.put("threw", null);
