@@ -64,8 +64,6 @@ public final class Driver {
             case "extend-expired" -> extendExpired(a[1], a[2]);
             case "keepalive" -> keepAlive(a[1], a[2]);
             case "failure" -> failure(SchedlockLockProvider.builder().url(a[1]), a[2]);
-            case "token" -> run(SchedlockLockProvider.builder().url(a[1]).token(a[2]).build(), a[3],
-                    Duration.ofMinutes(1), Duration.ZERO, false);
             case "token-failure" -> failure(SchedlockLockProvider.builder().url(a[1]).token(a[2]), a[3]);
             case "slot" -> run(SchedlockLockProvider.builder().url(a[1]).slot(a[2], () -> a[3]).build(), a[2],
                     Duration.ofMinutes(1), Duration.ZERO, a.length > 4 && a[4].equals("fail"));
