@@ -119,7 +119,10 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
         }
     }
 
-    /** Configuration: each setting from the builder, else {@link #properties}, else the environment, else a default. */
+    /**
+     * Configuration: each setting from a setter or {@link #properties} (the later call wins), else the environment,
+     * else its default.
+     */
     public static final class Builder {
         private String url;
         private String token;
