@@ -7,7 +7,8 @@
   that cannot run by their nature, with the reason.
 - A ``# → ...`` comment is output the code before it must print; ``…`` stands for any text on the line. A block
   that shows output shows all of it, in order.
-- ```java, ```go and ```js blocks must be verbatim excerpts of files in examples/, which the suite builds and runs.
+- ```java, ```go and ```js blocks must be verbatim excerpts of files the suite builds and runs: examples/, the ShedLock
+  provider in integrations/ and the programs that run it in tests/integrations/java/.
 - ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
   logs; ```promql may name only metrics the server exports; ```text is prose in a box.
 
@@ -74,6 +75,8 @@ OUTPUT = re.compile(r"#\s→\s?(.*)$")
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
 #: ```sql and ```yaml (docs/high-availability.md's table setting and CloudNativePG Cluster): tests/test_docs_ha.py.
 KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
+#: Where the quoted files are: each is built and run by the suite (tests/polyglot/, tests/integrations/).
+QUOTED_ROOTS = [ROOT / "examples", ROOT / "integrations", ROOT / "tests" / "integrations" / "java"]
 
 
 @dataclass(frozen=True)
@@ -245,8 +248,8 @@ def test_the_page_examples_run_in_order(
 
 def test_quoted_snippets_are_excerpts_of_the_examples() -> None:
     for block in [b for b in blocks() if b.language in QUOTED]:
-        files = [p for p in (ROOT / "examples").rglob("*") if p.suffix in QUOTED[block.language]]
-        assert any(block.code in p.read_text() for p in files), f"{block.id} is not an excerpt of examples/"
+        files = [p for root in QUOTED_ROOTS for p in root.rglob("*") if p.suffix in QUOTED[block.language]]
+        assert any(block.code in p.read_text() for p in files), f"{block.id} is not an excerpt of a built file"
 
 
 @pytest.mark.parametrize(

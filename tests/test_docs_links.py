@@ -15,7 +15,7 @@ PAGES = sorted(
 #: Pages another branch is writing: a link to one may dangle until it lands (remove the entry when it has).
 PENDING: dict[str, str] = {}
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-REPO_PATH = re.compile(r"`((?:app|bench|client|docs|examples|helm|openapi|scripts|tests)/[\w./-]*)`")
+REPO_PATH = re.compile(r"`((?:app|bench|client|docs|examples|helm|integrations|openapi|scripts|tests)/[\w./-]*)`")
 
 
 def prose(text: str) -> str:
