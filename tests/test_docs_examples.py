@@ -7,7 +7,8 @@
   that cannot run by their nature, with the reason.
 - A ``# → ...`` comment is output the code before it must print; ``…`` stands for any text on the line. A block
   that shows output shows all of it, in order.
-- ```java, ```go and ```js blocks must be verbatim excerpts of files in examples/, which the suite builds and runs.
+- ```java, ```go and ```js blocks must be verbatim excerpts of files in examples/ or integrations/, which the suite
+  builds and runs.
 - ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
   logs; ```promql may name only metrics the server exports; ```text is prose in a box.
 
@@ -67,8 +68,9 @@ EXCLUDED = {
 #: Blocks a test of their own runs, with more to check.
 DEDICATED = {("README.md", "curl -s"): "test_the_readme_curl_session_runs_as_pasted"}
 OUTPUT = re.compile(r"#\s→\s?(.*)$")
-#: Languages whose snippets quote a file of examples/ that the suite builds and runs: each block must be a verbatim
-#: excerpt of one, so the quoted code is the tested code.
+#: Languages whose snippets quote a file of examples/ or integrations/ (the scheduler adapters, whose examples
+#: tests/integrations/ runs) that the suite builds and runs: each block must be a verbatim excerpt of one, so the
+#: quoted code is the tested code.
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
 #: ```sql and ```yaml (docs/high-availability.md's table setting and CloudNativePG Cluster): tests/test_docs_ha.py.
 KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
@@ -243,8 +245,9 @@ def test_the_page_examples_run_in_order(
 
 def test_quoted_snippets_are_excerpts_of_the_examples() -> None:
     for block in [b for b in blocks() if b.language in QUOTED]:
-        files = [p for p in (ROOT / "examples").rglob("*") if p.suffix in QUOTED[block.language]]
-        assert any(block.code in p.read_text() for p in files), f"{block.id} is not an excerpt of examples/"
+        found = [*(ROOT / "examples").rglob("*"), *(ROOT / "integrations").rglob("*")]
+        files = [p for p in found if p.suffix in QUOTED[block.language] and "node_modules" not in p.parts]
+        assert any(block.code in p.read_text() for p in files), f"{block.id} is not an excerpt of examples/ or integrations/"
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 // @ts-check
 // A node-cron scheduler whose task runs once per tick across every node that runs this file, with schedlock.
-// The suite runs it as several processes against a live server (tests/integrations/test_node_cron.py); the knobs in
-// the environment are for that: TASK_NAME, SCHEDULE (six fields: seconds too), LEASE_MS, JOB=ok|fail|hang, FAIL_OPEN.
+// The suite runs it as several processes against a live server (tests/integrations/test_node_cron_gocron.py); the
+// knobs in the environment are for that: JOB_NAME, SCHEDULE (six fields: seconds too), LEASE_MS,
+// JOB=ok|fail|hang, FAIL_OPEN.
 // Each thing it does is one JSON line on stdout.
 
 import cron from 'node-cron';
@@ -22,7 +23,7 @@ async function sendReport(context) {
 const coordinator = new SchedlockCoordinator({ failOpen: env.FAIL_OPEN === '1' });
 
 const task = cron.schedule(env.SCHEDULE ?? '0 3 * * *', coordinator.job(sendReport), {
-  name: env.TASK_NAME ?? 'nightly-report', // the lock's name; each tick is a slot of it
+  name: env.JOB_NAME ?? 'nightly-report', // the lock's name; each tick is a slot of it
   distributed: true,
   runCoordinator: coordinator,
   distributedLease: Number(env.LEASE_MS ?? 600_000), // lock_at_most_for: a dead holder blocks no longer than this

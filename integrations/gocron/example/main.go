@@ -1,7 +1,7 @@
 // Command example is a gocron scheduler whose job runs once per tick across every process that runs it, with
-// schedlock. The suite runs it as several processes against a live server (tests/integrations/test_gocron.py); the
-// knobs in the environment are for that: JOB_NAME, SCHEDULE (six fields: seconds too), AT_MOST_MS,
-// JOB=ok|fail|hang, FAIL_OPEN. Each thing it does is one JSON line on stdout.
+// schedlock. The suite runs it as several processes against a live server (tests/integrations/test_node_cron_gocron.py);
+// the knobs in the environment are for that: JOB_NAME, SCHEDULE (six fields: seconds too), LEASE_MS,
+// JOB=ok|fail|hang, FAIL_OPEN, and CLOCK_BEHIND_MS (a machine whose clock is slow). Each thing it does is one JSON line on stdout.
 package main
 
 import (
@@ -15,20 +15,25 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
 
 	schedlockgocron "example.com/schedlock/gocron"
 )
 
 func main() {
 	name, schedule := env("JOB_NAME", "nightly-report"), env("SCHEDULE", "0 0 3 * * *")
-	atMost, _ := strconv.Atoi(env("AT_MOST_MS", "600000"))
+	atMost, _ := strconv.Atoi(env("LEASE_MS", "600000"))
+	behindMs, _ := strconv.Atoi(env("CLOCK_BEHIND_MS", "0"))
 
 	// SCHEDLOCK_URL and SCHEDLOCK_TOKEN come from the environment.
 	locker := schedlockgocron.NewLocker(schedlockgocron.Options{
 		AtMostFor: time.Duration(atMost) * time.Millisecond, // a dead holder blocks others no longer than this
 		FailOpen:  os.Getenv("FAIL_OPEN") == "1",
 	})
-	scheduler, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	scheduler, err := gocron.NewScheduler(
+		gocron.WithDistributedLocker(locker),
+		gocron.WithClock(behind{clockwork.NewRealClock(), time.Duration(behindMs) * time.Millisecond}),
+	)
 	if err != nil {
 		panic(err)
 	}
@@ -93,3 +98,13 @@ func env(key, fallback string) string {
 	}
 	return fallback
 }
+
+// behind is the machine's clock, set back: the scheduler of a machine whose clock is slow.
+type behind struct {
+	clockwork.Clock
+	by time.Duration
+}
+
+func (c behind) Now() time.Time                  { return c.Clock.Now().Add(-c.by) }
+func (c behind) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c behind) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
