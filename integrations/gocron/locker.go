@@ -32,8 +32,9 @@ import (
 )
 
 // How early a tick may look by this machine's clock and still be the run in progress: a timer never fires early,
-// but the wall clock may have been stepped back since gocron computed the tick.
-const earlyTolerance = time.Second
+// but the wall clock may have been stepped back a little since gocron computed the tick. A RunNow this close before
+// a tick is taken for that tick.
+const earlyTolerance = 100 * time.Millisecond
 
 // Options configure a Locker; the zero value works (the service from SCHEDLOCK_URL and SCHEDLOCK_TOKEN).
 type Options struct {

@@ -165,8 +165,12 @@ def test_the_node_cron_adapter_type_checks(node_cron_example: Example) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_gocron_adapter_is_vet_clean_and_formatted(gocron_example: Example) -> None:
+def test_the_gocron_adapter_passes_go_vet_gofmt_and_its_go_test(gocron_example: Example) -> None:
+    """go vet and gofmt over the module, and its go test: the witness that, when gocron calls Lock for a scheduled
+    run, the job's next run is still that run's tick (what the slot is made of), and that RunNow has none."""
     vet = tool(["go", "vet", "./..."], cwd=GOCRON)
     assert vet.returncode == 0, vet.stdout + vet.stderr
     gofmt = tool(["gofmt", "-l", "."], cwd=GOCRON)
     assert gofmt.returncode == 0 and gofmt.stdout == "", f"not gofmt-formatted: {gofmt.stdout}{gofmt.stderr}"
+    test = tool(["go", "test", "-count=1", "./..."], cwd=GOCRON)
+    assert test.returncode == 0, test.stdout + test.stderr
