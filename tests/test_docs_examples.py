@@ -247,7 +247,9 @@ def test_quoted_snippets_are_excerpts_of_the_examples() -> None:
     for block in [b for b in blocks() if b.language in QUOTED]:
         found = [*(ROOT / "examples").rglob("*"), *(ROOT / "integrations").rglob("*")]
         files = [p for p in found if p.suffix in QUOTED[block.language] and "node_modules" not in p.parts]
-        assert any(block.code in p.read_text() for p in files), f"{block.id} is not an excerpt of examples/ or integrations/"
+        assert any(block.code in p.read_text() for p in files), (
+            f"{block.id} is not an excerpt of examples/ or integrations/"
+        )
 
 
 @pytest.mark.parametrize(
