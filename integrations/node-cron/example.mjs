@@ -30,6 +30,7 @@ const task = cron.schedule(env.SCHEDULE ?? '0 3 * * *', coordinator.job(sendRepo
 });
 task.on('execution:skipped', ({ date, reason }) => print({ event: 'skipped', tick: date.toISOString(), reason }));
 task.on('execution:failed', ({ date }) => print({ event: 'failed', tick: date.toISOString() }));
+task.on('execution:missed', ({ date }) => print({ event: 'missed', tick: date.toISOString() }));
 
 print({ event: 'ready' });
 process.on('SIGTERM', () => task.destroy());

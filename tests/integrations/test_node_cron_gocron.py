@@ -9,12 +9,12 @@ open.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 from tests.support.api import ts
@@ -70,6 +70,11 @@ def ticks(scheduler: Scheduler, kind: str = "started") -> list[datetime]:
     return [ts(e["tick"]) for e in scheduler.of(kind)]
 
 
+def slot(tick: datetime) -> str:
+    """A tick as the adapters send it as the slot (and the API writes times)."""
+    return tick.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
 def test_each_tick_runs_on_one_scheduler_and_the_other_skips(
     example: Example, live_server: LiveServer, job_name: str, schedulers: list[Scheduler]
 ) -> None:
@@ -91,12 +96,16 @@ def test_each_tick_runs_on_one_scheduler_and_the_other_skips(
 
     runs = ticks(a) + ticks(b)
     assert len(runs) == len(set(runs)), f"a tick ran twice: {sorted(runs)}"
-    ordered = sorted(runs)
-    assert all(later - earlier == timedelta(seconds=2) for earlier, later in itertools.pairwise(ordered)), ordered
+    first, last = min(runs), max(runs)
+    every = [first + timedelta(seconds=2 * i) for i in range((last - first) // timedelta(seconds=2) + 1)]
+    # A tick nobody ran is one both schedulers dropped as missed (node-cron does, when its event loop is more than a
+    # second late: a loaded machine), never one each left to the other.
+    unrun = set(every) - set(runs)
+    assert unrun <= set(ticks(a, "missed")) & set(ticks(b, "missed")), (sorted(runs), sorted(unrun))
     assert {e["reason"] for e in skips()} <= NOT_ELECTED[example.adapter]
     if example.adapter == "node-cron":  # node-cron says which tick it skipped: one the other scheduler ran
         assert set(ticks(a, "skipped") + ticks(b, "skipped")) <= set(runs)
-    assert lock_row(live_server, job_name)["last_completed_slot"] == ordered[-1].strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    assert lock_row(live_server, job_name)["last_completed_slot"] == slot(last)
 
 
 def test_a_failed_run_leaves_its_tick_to_a_later_trigger_of_the_same_tick(
@@ -134,10 +143,14 @@ def test_a_killed_holder_blocks_the_job_until_its_lease_ends(
     holder.kill()
 
     other.wait(lambda: bool(other.of("finished")), "the other scheduler did not run the job after the lease ended")
-    first = ticks(other)[0]
-    assert first - held_tick >= timedelta(seconds=lease_s), (held_tick, first)  # not before the lease ended
+    runs = httpx.get(f"{live_server.url}/v1/runs", params={"name": job_name}).json()["items"]
+    killed = next(r for r in runs if f"pid {holder.process.pid} " in r["locked_by"])
+    taken = min(ts(r["acquired_at"]) for r in runs if f"pid {other.process.pid} " in r["locked_by"])
+    assert taken >= ts(killed["lock_until"]), (killed, runs)  # not before the killed holder's lease ended
+    assert killed["outcome"] in {"expired", "taken_over"}
+    assert ticks(other)[0] > held_tick
     assert {e["reason"] for e in other.of("skipped")} <= NOT_ELECTED[example.adapter]
-    assert lock_row(live_server, job_name)["last_completed_slot"] is not None
+    assert lock_row(live_server, job_name)["last_completed_slot"] not in {None, slot(held_tick)}  # it stays open
 
 
 def test_with_schedlock_down_the_job_does_not_run_unless_told_to_fail_open(
