@@ -125,9 +125,10 @@ def test_a_failed_run_leaves_its_tick_to_a_later_trigger_of_the_same_tick(
 
     # The scheduler on time takes every tick and fails it; the one a second behind runs each of those ticks again,
     # once, and completes it. Neither scheduler retries by itself: the tick was left open for a later trigger.
-    assert set(ticks(late)) <= set(ticks(failing, "failed"))
+    # (A tick the scheduler on time dropped as missed, on a loaded machine, is the late one's to run from the start.)
+    assert set(ticks(late)) - set(ticks(failing, "failed")) <= set(ticks(failing, "missed"))
     assert len(ticks(late)) == len(set(ticks(late)))
-    assert lock_row(live_server, job_name)["last_completed_slot"] == max(ticks(late)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    assert lock_row(live_server, job_name)["last_completed_slot"] == slot(max(ticks(late)))
 
 
 def test_a_killed_holder_blocks_the_job_until_its_lease_ends(
