@@ -15,7 +15,7 @@
 //
 // When schedlock cannot be asked, Lock logs an error and returns one: gocron skips the run (fail-closed) and calls
 // the job's AfterLockError listener. With Options.FailOpen the run goes ahead without a lock and a warning is logged.
-// Only the standard library's net/http besides gocron itself.
+// Only the standard library's net/http besides gocron itself (and its uuid, which its listeners' signatures name).
 package schedlockgocron
 
 import (
