@@ -70,8 +70,9 @@ EXCLUDED = {
 #: Blocks a test of their own runs, with more to check.
 DEDICATED = {("README.md", "curl -s"): "test_the_readme_curl_session_runs_as_pasted"}
 OUTPUT = re.compile(r"#\s→\s?(.*)$")
-#: Languages whose snippets quote a file of examples/ that the suite builds and runs: each block must be a verbatim
-#: excerpt of one, so the quoted code is the tested code.
+#: Languages whose snippets quote a file of examples/ or integrations/ (the scheduler adapters, whose examples
+#: tests/integrations/ runs) that the suite builds and runs: each block must be a verbatim excerpt of one, so the
+#: quoted code is the tested code.
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
 #: ```sql and ```yaml (docs/high-availability.md's table setting and CloudNativePG Cluster): tests/test_docs_ha.py.
 KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
@@ -248,7 +249,12 @@ def test_the_page_examples_run_in_order(
 
 def test_quoted_snippets_are_excerpts_of_the_examples() -> None:
     for block in [b for b in blocks() if b.language in QUOTED]:
-        files = [p for root in QUOTED_ROOTS for p in root.rglob("*") if p.suffix in QUOTED[block.language]]
+        files = [
+            p
+            for root in QUOTED_ROOTS
+            for p in root.rglob("*")
+            if p.suffix in QUOTED[block.language] and "node_modules" not in p.parts
+        ]
         assert any(block.code in p.read_text() for p in files), f"{block.id} is not an excerpt of a built file"
 
 

@@ -1,0 +1,128 @@
+package schedlockgocron
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+)
+
+// syncBuffer is a log destination the scheduler's goroutines and the test share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// ticks are the "tick" attributes of the Locker's fail-open warnings so far.
+func (b *syncBuffer) ticks(t *testing.T) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var found []string
+	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var record map[string]any
+		if err := json.Unmarshal([]byte(line), &record); err != nil {
+			t.Fatalf("not a JSON log line: %q", line)
+		}
+		if tick, ok := record["tick"].(string); ok && strings.Contains(record["msg"].(string), "WITHOUT a lock") {
+			found = append(found, tick)
+		}
+	}
+	return found
+}
+
+// nowhere is a loopback address nothing listens on: every request fails at once, and FailOpen runs the job.
+func nowhere(t *testing.T) string {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	address := listener.Addr().String()
+	listener.Close()
+	return "http://" + address
+}
+
+// The witness of what the Locker relies on in gocron: when Lock is called for a scheduled run, the job's next run
+// is still that run's scheduled time, so the slot is the tick the schedule names, to the millisecond; for RunNow
+// there is no due tick, and the lock is taken without a slot.
+func TestTheTickIsTheScheduledTimeOfTheRunBeingLocked(t *testing.T) {
+	logs := &syncBuffer{}
+	locker := NewLocker(Options{
+		Client:   &Client{URL: nowhere(t)},
+		FailOpen: true,
+		Logger:   slog.New(slog.NewJSONHandler(logs, nil)),
+	})
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locker.Attach(s)
+	ran := make(chan time.Time, 10)
+	if _, err := s.NewJob(gocron.CronJob("* * * * * *", true), gocron.NewTask(func() { ran <- time.Now() }),
+		gocron.WithName("every-second")); err != nil {
+		t.Fatal(err)
+	}
+	yearly, err := s.NewJob(gocron.CronJob("0 0 0 1 1 *", true), gocron.NewTask(func() {}), gocron.WithName("yearly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	defer func() { _ = s.Shutdown() }()
+	for i := 0; i < 2; i++ {
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not run twice in 10 s")
+		}
+	}
+	scheduled := logs.ticks(t)
+	if len(scheduled) < 2 {
+		t.Fatalf("ticks %v", scheduled)
+	}
+	for i, tick := range scheduled[:2] {
+		at, err := time.Parse("2006-01-02T15:04:05.000Z07:00", tick)
+		if err != nil || !strings.HasSuffix(tick, ".000Z") || at.After(time.Now()) {
+			t.Fatalf("tick %d is %q, not a whole second in the past", i, tick)
+		}
+		if i > 0 {
+			previous, _ := time.Parse("2006-01-02T15:04:05.000Z07:00", scheduled[i-1])
+			if at.Sub(previous) != time.Second {
+				t.Fatalf("ticks %v are not one second apart", scheduled)
+			}
+		}
+	}
+
+	if err := yearly.RunNow(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !containsEmpty(logs.ticks(t)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("RunNow was not locked without a slot: ticks %v", logs.ticks(t))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func containsEmpty(ticks []string) bool {
+	for _, tick := range ticks {
+		if tick == "" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,203 @@
+// @ts-check
+// schedlock as node-cron v4's RunCoordinator: every tick of a `distributed: true` task runs on one node only.
+//
+// node-cron asks the coordinator `shouldRun('<task name>:<tick ISO time>', distributedLease)` before each tick and
+// calls `onComplete(key)` after it. Here shouldRun is a slotted acquire (docs/slots.md): the lock is named after the
+// task, the slot is the tick's time, lock_at_most_for is the lease. onComplete releases it, completing the tick, so a
+// node whose trigger for the same tick comes later skips it (slot_done), however far apart the nodes' clocks are.
+// node-cron does not tell onComplete whether the task threw: wrap the task in coordinator.job(fn) and a throw
+// releases with completed: false, leaving the tick open for another node's trigger of it.
+//
+// When schedlock cannot be asked, shouldRun logs an error and throws: node-cron skips the tick (fail-closed) and
+// emits execution:skipped with reason 'coordinator-error'. With failOpen: true it logs a warning and runs the tick
+// without a lock instead. Only the standard library: fetch, AbortSignal.timeout.
+
+import { hostname } from 'node:os';
+
+/** @typedef {import('node-cron').RunCoordinator} RunCoordinator */
+/** @typedef {import('node-cron').TaskContext} TaskContext */
+/** @typedef {import('node-cron').Logger} Logger */
+/**
+ * @typedef {object} CoordinatorOptions
+ * @property {string} [url] the service, default SCHEDLOCK_URL or http://127.0.0.1:8000
+ * @property {string} [token] the API token, default SCHEDLOCK_TOKEN
+ * @property {number} [timeoutMs] per request, default 10000
+ * @property {string} [holder] who holds the lock, shown to other nodes, default "node-cron on HOST pid PID"
+ * @property {(taskName: string) => string} [lockName] the lock of a task, default the task's name
+ * @property {boolean} [failOpen] run the tick without a lock when schedlock cannot be asked, default false
+ * @property {Pick<Logger, 'debug' | 'info' | 'warn' | 'error'>} [logger] default console
+ */
+
+/** The service could not be asked or did not answer: the lock's state is unknown. */
+export class ServiceUnavailableError extends Error {
+  /** @param {string} message @param {unknown} [cause] */
+  constructor(message, cause) {
+    super(message, { cause });
+    this.name = 'ServiceUnavailableError';
+  }
+}
+
+/** The service refused the request (a bad name, a missing or wrong token): a configuration bug, never a skip. */
+export class RequestRejectedError extends Error {
+  /** @param {number} status @param {{ code: string, message: string }} detail */
+  constructor(status, detail) {
+    super(`${status} ${detail.code}: ${detail.message}`);
+    this.name = 'RequestRejectedError';
+    this.status = status;
+    this.code = detail.code;
+  }
+}
+
+// node-cron's key: the task's name (any text, colons included), a colon, the tick as Date.toISOString() gives it.
+const KEY = /^(.+):(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)$/;
+
+/**
+ * The task's name and the tick of a node-cron coordination key.
+ * @param {string} key @returns {{ task: string, tick: string }}
+ */
+export function parseKey(key) {
+  const match = KEY.exec(key);
+  if (match === null) throw new Error(`schedlock: not a node-cron coordination key: ${JSON.stringify(key)}`);
+  return { task: match[1], tick: match[2] };
+}
+
+/** @implements {RunCoordinator} */
+export class SchedlockCoordinator {
+  #url;
+  #token;
+  #timeoutMs;
+  #holder;
+  #lockName;
+  #failOpen;
+  #logger;
+  /** @type {Map<string, { name: string, token: string, lockUntil: string, failed: boolean }>} ticks running here */
+  #leases = new Map();
+
+  /** @param {CoordinatorOptions} [options] */
+  constructor({
+    url = process.env.SCHEDLOCK_URL || 'http://127.0.0.1:8000',
+    token = process.env.SCHEDLOCK_TOKEN,
+    timeoutMs = 10_000,
+    holder = `node-cron on ${hostname()} pid ${process.pid}`,
+    lockName = (taskName) => taskName,
+    failOpen = false,
+    logger = console,
+  } = {}) {
+    this.#url = url.replace(/\/+$/, '');
+    this.#token = token;
+    this.#timeoutMs = timeoutMs;
+    this.#holder = holder;
+    this.#lockName = lockName;
+    this.#failOpen = failOpen;
+    this.#logger = logger;
+  }
+
+  /**
+   * Takes the tick: true to run it, false when another node runs it or ran it. Throws when schedlock cannot be asked
+   * (unless failOpen) or refuses the request, and node-cron skips the tick with reason 'coordinator-error'.
+   * @param {string} key @param {number} ttlMs @returns {Promise<boolean>}
+   */
+  async shouldRun(key, ttlMs) {
+    const { task, tick } = parseKey(key);
+    const name = this.#lockName(task);
+    const request = { lock_at_most_for: ttlMs, lock_at_least_for: 0, holder: this.#holder, slot: tick };
+    let acquired;
+    try {
+      acquired = await this.#call(`${path(name)}/acquire`, request);
+    } catch (error) {
+      if (error instanceof RequestRejectedError && error.code === 'lock_held') {
+        this.#logger.debug(`schedlock: ${name} is held by another node: tick ${tick} skipped`);
+        return false;
+      }
+      if (error instanceof RequestRejectedError && error.code === 'slot_done') {
+        this.#logger.debug(`schedlock: tick ${tick} of ${name} was already run: skipped`);
+        return false;
+      }
+      if (error instanceof ServiceUnavailableError && this.#failOpen) {
+        this.#logger.warn(`schedlock: ${error.message}; running tick ${tick} of ${task} WITHOUT a lock (failOpen)`);
+        return true;
+      }
+      const why = error instanceof Error ? error.message : String(error);
+      this.#logger.error(`schedlock: tick ${tick} of ${task} NOT run (fail-closed): ${why}`);
+      throw error;
+    }
+    const lease = /** @type {{ token: string, lock_until: string }} */ (acquired);
+    this.#leases.set(key, { name, token: lease.token, lockUntil: lease.lock_until, failed: false });
+    return true;
+  }
+
+  /**
+   * Releases the tick's lock: completed, unless the task wrapped in job() threw. Never throws; a release that cannot
+   * be sent is logged, and the lock frees itself at lock_until.
+   * @param {string} key @returns {Promise<void>}
+   */
+  async onComplete(key) {
+    const lease = this.#leases.get(key);
+    if (lease === undefined) return; // ran without a lock (failOpen)
+    this.#leases.delete(key);
+    const request = { token: lease.token, completed: !lease.failed };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.#call(`${path(lease.name)}/release`, request);
+        return;
+      } catch (error) {
+        const why = error instanceof Error ? error.message : String(error);
+        if (error instanceof RequestRejectedError && error.code === 'not_holder') {
+          this.#logger.warn(`schedlock: ${lease.name} expired and was taken over before ${key} ended: ${why}`);
+          return;
+        }
+        if (!(error instanceof ServiceUnavailableError) || attempt === 3) {
+          this.#logger.warn(`schedlock: could not release ${lease.name}; it frees itself at ${lease.lockUntil}: ${why}`);
+          return;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 200 * attempt));
+      }
+    }
+  }
+
+  /**
+   * The task function for cron.schedule: runs fn, and when it throws, marks the tick failed, so that onComplete
+   * leaves it open for another node's trigger of the same tick. The error goes on to node-cron.
+   * @template T
+   * @param {(context: TaskContext) => T | Promise<T>} fn
+   * @returns {(context: TaskContext) => Promise<T>}
+   */
+  job(fn) {
+    return async (context) => {
+      try {
+        return await fn(context);
+      } catch (error) {
+        const lease = context.task?.name && this.#leases.get(`${context.task.name}:${context.date.toISOString()}`);
+        if (lease) lease.failed = true;
+        throw error;
+      }
+    };
+  }
+
+  /** One POST; the 200 answer's JSON, else RequestRejectedError or ServiceUnavailableError. @param {string} target @param {object} body */
+  async #call(target, body) {
+    /** @type {Record<string, string>} */
+    const headers = { accept: 'application/json', 'content-type': 'application/json' };
+    if (this.#token) headers.authorization = `Bearer ${this.#token}`;
+    let response, json;
+    try {
+      const signal = AbortSignal.timeout(this.#timeoutMs);
+      response = await fetch(this.#url + target, { method: 'POST', headers, body: JSON.stringify(body), signal });
+      json = await response.json();
+    } catch (error) {
+      const cause = error instanceof Error && error.cause instanceof Error ? ` (${error.cause.message})` : '';
+      throw new ServiceUnavailableError(`lock service unreachable at ${this.#url}: ${error}${cause}`, error);
+    }
+    if (response.status === 200) return json;
+    const detail = json?.error;
+    if (response.status >= 500 || typeof detail?.code !== 'string') {
+      throw new ServiceUnavailableError(`lock service at ${this.#url} answered ${response.status}`);
+    }
+    throw new RequestRejectedError(response.status, detail);
+  }
+}
+
+/** @param {string} name */
+function path(name) {
+  return `/v1/locks/${encodeURIComponent(name)}`;
+}
