@@ -29,7 +29,7 @@ from app.errors import InvalidRequest
 from app.locking.durations import format_duration
 from app.locking.leases import new_locked_by
 from app.locking.listing import CURSOR_MAX, decode_cursor, encode_cursor
-from app.locking.names import NAME_MAX, NAME_PATTERN
+from app.locking.names import NAME_MAX, NAME_PATTERN, refuse_reserved
 from app.locking.rows import LockRow
 from app.locking.slots import chooser
 from app.settings import Settings
@@ -123,6 +123,7 @@ def _view(row: LockRow) -> LockView:
 )
 async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
+    refuse_reserved(name)
     settings = settings_of(request)
     _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
     choose = chooser(body.slot, body.schedule, body.timezone, settings.slot_early_grace)
@@ -174,6 +175,7 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
 )
 async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
+    refuse_reserved(name)
     row = await store_of(request).release(name, body.token, body.completed)
     done = None if row.slot is None else row.last_completed_slot == row.slot
     answer = ReleaseResponse(
@@ -207,6 +209,7 @@ async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep,
 )
 async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
+    refuse_reserved(name)
     _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
     row = await store_of(request).extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
     return _json(
