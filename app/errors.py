@@ -78,6 +78,11 @@ class DatabaseContention(SchedlockError):
     headers = MappingProxyType({"Retry-After": "1"})
 
 
+class RowLockTimeout(DatabaseContention):
+    """A statement that set its own ``lock_timeout`` gave up waiting for a row another transaction holds: that
+    row's answer (its caller may go on alone), never everyone's."""
+
+
 class DatabaseUnsuitable(StorageUnavailable):
     """The database answers but cannot hold the lock table as schedlock needs it (its encoding is not UTF8)."""
 

@@ -6,6 +6,7 @@ database that is not UTF8 is refused by `migrate` and reported by /readyz. Each 
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ import pytest
 
 from app.db import migrate
 from app.db.statements import close_pool, create_pool, fetch
-from app.errors import DatabaseContention
+from app.errors import DatabaseContention, RowLockTimeout
 from app.settings import Settings
 from tests.support.apps import in_process, make_settings
 from tests.support.databases import scratch_database, wait_for_lock_wait
@@ -114,7 +115,7 @@ async def test_a_serialization_failure_or_deadlock_is_sent_once_more(
 
 async def test_a_lock_timeout_is_a_503_at_once(pool_and_counter: tuple[Any, str], db: Any) -> None:
     pool, sequence = pool_and_counter
-    with pytest.raises(DatabaseContention) as raised:
+    with pytest.raises(RowLockTimeout) as raised:  # a DatabaseContention its statement's code can tell apart
         await fetch(pool, 5, "acquire", _failing(sequence, "55P03", times=10))
     assert await db.fetchval(f"SELECT last_value FROM {sequence}") == 1  # not retried: that row's answer
     assert "locked by another transaction" in raised.value.message
@@ -158,13 +159,18 @@ async def test_latin1_refusal_is_one_callers_in_a_shared_statement(latin1: tuple
 
 
 async def test_readyz_and_migrate_refuse_a_database_that_is_not_utf8(
-    latin1: tuple[str, httpx.AsyncClient], database_url: str
+    latin1: tuple[str, httpx.AsyncClient], caplog: pytest.LogCaptureFixture
 ) -> None:
     url, client = latin1
     ready = await client.get("/readyz")
     assert ready.status_code == 503 and ready.headers["retry-after"] == "1"
     message = ready.json()["error"]["message"]
     assert "encoding is LATIN1, not UTF8" in message and "ENCODING 'UTF8'" in message, message
+    settings = make_settings(url, "shedlock")
+    with caplog.at_level(logging.WARNING, logger="schedlock.db"):
+        async with in_process(settings):  # a server started on it says so at once
+            pass
+    assert "encoding is LATIN1, not UTF8" in caplog.text and "/readyz answers 503" in caplog.text
     settings = make_settings(url, "other_table")
     with pytest.raises(migrate.UnsuitableDatabase, match="encoding is LATIN1, not UTF8"):
         await asyncio.to_thread(migrate.upgrade, settings)

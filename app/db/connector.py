@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from app.db.migrate import encoding_problem
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock.db")
@@ -56,6 +57,7 @@ class Connector:
         #: Set once a pooler refused the session settings as startup parameters.
         self.behind_pooler = False
         self._reported: frozenset[str] | None = None
+        self._encoding_reported = False
 
     async def __call__(self) -> Any:
         conn = None
@@ -103,6 +105,7 @@ class Connector:
     async def _check(self, conn: Any) -> None:
         """Read back the session's settings; log once per set of differences. An unnamed statement, outside the
         statement cache: it must work through a transaction-pooling proxy whatever the cache size."""
+        self._check_encoding(conn.get_settings().server_encoding)
         row = await (await conn.prepare(_CHECK)).fetchrow()
         wrong = frozenset(name for name, value in self._wanted.items() if not _same(name, row[name], value))
         if wrong == self._reported:
@@ -118,6 +121,12 @@ class Connector:
                 fix,
                 role,
             )
+
+    def _check_encoding(self, encoding: str) -> None:
+        problem = encoding_problem(encoding)
+        if problem is not None and not self._encoding_reported:
+            self._encoding_reported = True
+            logger.warning("%s; /readyz answers 503 until then", problem)
 
 
 def _same(name: str, actual: str, wanted: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from app.errors import DatabaseContention, InvalidRequest, StorageUnavailable
+from app.errors import DatabaseContention, InvalidRequest, RowLockTimeout, StorageUnavailable
 
 logger = logging.getLogger("schedlock.db")
 
@@ -68,10 +68,11 @@ _CODECS = {
 
 
 def contended(action: str, exc: BaseException) -> DatabaseContention:
-    """The 503 for a statement that met another transaction (after its one retry, for RETRY_ONCE)."""
+    """The 503 for a statement that met another transaction (after its one retry, for RETRY_ONCE); a lock timeout
+    is a RowLockTimeout, which code that set one can tell apart."""
     if isinstance(exc, asyncpg.LockNotAvailableError):
-        why = "a row it needs is locked by another transaction"
-    elif isinstance(exc, asyncpg.DeadlockDetectedError):
+        return RowLockTimeout(f"{action}: nothing was done, a row it needs is locked by another transaction; retry")
+    if isinstance(exc, asyncpg.DeadlockDetectedError):
         why = "it deadlocked with another transaction, twice"
     else:
         why = "it could not be serialized with a concurrent transaction, twice"
