@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     db_pool_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait for a free connection.")
     # asyncpg prepares each statement once per connection and keeps it by name. A pooler that lends each transaction
     # another server connection (PgBouncer in transaction or statement mode) loses them: 0 sends every statement
-    # unnamed (prepared and run in one go: a second round trip each), which works through it.
+    # unnamed (prepared and run in one transaction: a second round trip and a fresh plan each), which works through it.
     db_statement_cache_size: int = Field(
         default=100, ge=0, description="Prepared statements kept per connection; 0 behind PgBouncer's transaction mode."
     )

@@ -174,15 +174,6 @@ async def test_readyz_and_migrate_refuse_a_database_that_is_not_utf8(
     settings = make_settings(url, "other_table")
     with pytest.raises(migrate.UnsuitableDatabase, match="encoding is LATIN1, not UTF8"):
         await asyncio.to_thread(migrate.upgrade, settings)
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "app", "migrate"],
-        env=server_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2 and "encoding is LATIN1, not UTF8" in done.stderr, done.stderr
     check = await asyncpg.connect(url)
     try:  # refused before anything was made
         assert await check.fetchval("SELECT to_regclass('other_table')") is None
@@ -201,3 +192,17 @@ async def test_sql_ascii_refuses_a_name_too_long_in_bytes_as_a_422(database_url:
     error = answer.json()["error"]
     assert error["field"] == "name" and "SQL_ASCII" in error["message"], error
     assert short.status_code == 200, short.text
+
+
+@pytest.mark.system
+async def test_the_migrate_command_exits_2_saying_why(latin1: tuple[str, httpx.AsyncClient]) -> None:
+    url, _ = latin1
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app", "migrate"],
+        env=server_env(make_settings(url, "cli_table")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "encoding is LATIN1, not UTF8" in done.stderr, done.stderr
