@@ -79,7 +79,7 @@ def contended(action: str, exc: BaseException) -> DatabaseContention:
     return DatabaseContention(f"{action}: nothing was done, {why}; retry")
 
 
-def unstorable(operation: str, args: Sequence[Any], encoding: str) -> InvalidRequest:
+def unstorable(operation: str, args: Sequence[Any], encoding: str, exc: BaseException) -> InvalidRequest:
     """The 422 for text the database (of ``encoding``) cannot store, naming the argument's field."""
     index = next((i for i, value in enumerate(args) if not _storable(value, encoding)), 0)
     if operation == "list":
@@ -87,13 +87,13 @@ def unstorable(operation: str, args: Sequence[Any], encoding: str) -> InvalidReq
     else:
         fields = _FIELDS.get(operation, ("name",))
         field = (fields[index] if index < len(fields) else None) or "name"
-    if encoding == "SQL_ASCII":
-        why = "the database's encoding is SQL_ASCII, which stores bytes and counts lengths in bytes"
+    if isinstance(exc, asyncpg.StringDataRightTruncationError):
+        why = "too long for its column in this table"
+        if encoding == "SQL_ASCII":
+            why += " (the database's encoding is SQL_ASCII, which counts lengths in bytes; schedlock needs UTF8)"
     else:
-        why = f"the database's encoding is {encoding}, which has no place for some of its characters"
-    return InvalidRequest(
-        f"{field}: cannot be stored in this database ({why}); schedlock needs a UTF8 database", field=field
-    )
+        why = f"cannot be stored in this database (its encoding is {encoding}; schedlock needs a UTF8 database)"
+    return InvalidRequest(f"{field}: {why}", field=field)
 
 
 def _storable(value: Any, encoding: str) -> bool:
