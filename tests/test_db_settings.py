@@ -141,6 +141,10 @@ async def test_latin1_refuses_what_it_cannot_store_as_a_422_naming_the_field(
         ("POST", f"/v1/locks/{name}/acquire", {**WINDOW, "holder": "😀"}, "holder"),
         ("GET", "/v1/locks/锁", None, "name"),
         ("GET", "/v1/locks?prefix=锁", None, "prefix"),
+        ("GET", "/v1/locks/锁/runs", None, "name"),
+        ("GET", "/v1/runs?prefix=锁", None, "prefix"),
+        ("POST", "/v1/locks/锁/force-release", {"reason": "stuck"}, "name"),
+        ("POST", f"/v1/locks/{name}/force-release", {"reason": "锁 stuck"}, "reason"),
     ]:
         answer = await client.request(method, path, json=body)
         assert answer.status_code == 422, (path, answer.text)

@@ -47,8 +47,10 @@ _FIELDS: dict[str, Sequence[str | None]] = {
     "acquire_batch": ("name", None, "holder"),
     "force_release": ("name", None, "reason"),
 }
-#: The list query's text arguments are the cursor's name, the prefix and bounds derived from them.
+#: The list query's text arguments are the cursor's name, the prefix and bounds derived from them; the listing of
+#: every lock's runs takes a prefix, one lock's runs its name (the statement tells them apart).
 _LIST_FIELD = "prefix"
+_ONE_LOCK_S_RUNS = "r.name = $1"
 
 #: Python's codec for each Postgres server encoding that has one (SQL_ASCII has none: it stores bytes).
 _CODECS = {
@@ -79,10 +81,10 @@ def contended(action: str, exc: BaseException) -> DatabaseContention:
     return DatabaseContention(f"{action}: nothing was done, {why}; retry")
 
 
-def unstorable(operation: str, args: Sequence[Any], encoding: str, exc: BaseException) -> InvalidRequest:
+def unstorable(operation: str, sql: str, args: Sequence[Any], encoding: str, exc: BaseException) -> InvalidRequest:
     """The 422 for text the database (of ``encoding``) cannot store, naming the argument's field."""
     index = next((i for i, value in enumerate(args) if not _storable(value, encoding)), 0)
-    if operation == "list":
+    if operation == "list" or (operation == "runs" and _ONE_LOCK_S_RUNS not in sql):
         field = _LIST_FIELD
     else:
         fields = _FIELDS.get(operation, ("name",))

@@ -111,7 +111,7 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
             raise
         except failures.UNSTORABLE_TEXT as exc:
             pool.availability.answered()
-            raise failures.unstorable(action, args, conn.get_settings().server_encoding, exc) from None
+            raise failures.unstorable(action, sql, args, conn.get_settings().server_encoding, exc) from None
         finally:
             if _warned:  # a mark left by a statement that failed must not taint the connection's next one
                 _warned.discard(conn)
