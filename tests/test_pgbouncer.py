@@ -43,11 +43,14 @@ def through_bouncer(bouncer: str, database_url: str) -> Iterator[Settings]:
 
 
 async def _workload(client: httpx.AsyncClient, tag: str) -> list[httpx.Response]:
-    """Acquires of many names at once (batched statements), of one name at once, extends, releases, reads."""
+    """Acquires of many names at once (batched statements), of one name at once, slotted, extends, releases,
+    reads."""
     names = [f"{tag}.job-{i:02}" for i in range(24)]
     answers = list(await asyncio.gather(*(client.post(f"/v1/locks/{n}/acquire", json=WINDOW) for n in names)))
     same = await asyncio.gather(*(client.post(f"/v1/locks/{tag}.one/acquire", json=WINDOW) for _ in range(8)))
     answers += same
+    for _ in range(2):  # the slotted acquire: the first takes this minute's tick, the second finds it taken
+        answers.append(await client.post(f"/v1/locks/{tag}.slot/acquire", json={**WINDOW, "schedule": "* * * * *"}))
     tokens = {a.json()["name"]: a.json()["token"] for a in answers if a.status_code == 200}
     answers += await asyncio.gather(
         *(client.post(f"/v1/locks/{n}/extend", json={**WINDOW, "token": t}) for n, t in tokens.items())
@@ -68,15 +71,14 @@ async def test_every_operation_works_with_the_statement_cache_off(
     with caplog.at_level(logging.WARNING, logger="schedlock.db"):
         async with in_process(through_bouncer) as (_, client):
             assert (await client.get("/readyz")).status_code == 200
-            for _ in range(3):  # rounds: the pool's connections are reused across PgBouncer's server connections
-                answers = await _workload(client, tag)
+            for round_ in range(3):  # the pool's connections are reused across PgBouncer's server connections
+                answers = await _workload(client, f"{tag}-{round_}")
                 statuses = [a.status_code for a in answers]
-                assert statuses.count(409) == 7 and set(statuses) == {200, 409}, [a.text for a in answers]
-            page = (await client.get("/v1/locks", params={"prefix": f"{tag}.", "limit": 10})).json()
+                assert statuses.count(409) == 8 and set(statuses) == {200, 409}, [a.text for a in answers]
+            page = (await client.get("/v1/locks", params={"prefix": f"{tag}-0.", "limit": 10})).json()
             assert len(page["items"]) == 10 and page["next_cursor"] is not None
-            assert (
-                await client.get("/v1/locks", params={"prefix": f"{tag}.", "cursor": page["next_cursor"]})
-            ).is_success
+            rest = await client.get("/v1/locks", params={"prefix": f"{tag}-0.", "cursor": page["next_cursor"]})
+            assert [i["name"] for i in rest.json()["items"]][-2:] == [f"{tag}-0.one", f"{tag}-0.slot"]
     said = caplog.text
     assert "refused startup parameters" in said and "connection pooler (PgBouncer)" in said, said
     assert "SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0" not in said  # it is set: nothing to advise
