@@ -1,8 +1,9 @@
 """Database connections for the hot path, and how database failures are reported.
 
 Lock statements go straight to asyncpg (prepared once per connection, one round trip, autocommit: each
-statement is its own transaction, so CURRENT_TIMESTAMP is the database's now), on connections lent by
-``app.db.pool.StatementPool``. SQLAlchemy owns the schema (``app.db.schema``) and the migrations.
+statement is its own transaction, so CURRENT_TIMESTAMP is the database's now; with SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0,
+for PgBouncer, prepared unnamed each time), on connections lent by ``app.db.pool.StatementPool``, which
+``app.db.connector`` opens. SQLAlchemy owns the schema (``app.db.schema``) and the migrations.
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ async def _run(conn: Any, action: str, sql: str, args: tuple[Any, ...]) -> list[
     try:
         rows: list[Any] = await conn.fetch(sql, *args)
     except failures.RETRY_ONCE:
+        _warned.discard(conn)  # whatever the failed try drew is not the second's
         rows = await conn.fetch(sql, *args)
     if _warned and conn in _warned:
         raise _unconfirmed(action)
