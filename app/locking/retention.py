@@ -18,14 +18,13 @@ from datetime import timedelta
 from app.errors import LockHeld, SchedlockError
 from app.locking.history import History
 from app.locking.leases import new_locked_by
-from app.locking.names import RESERVED_PREFIX
 from app.locking.rows import NOW
 from app.locking.store import LockStore
 
 logger = logging.getLogger("schedlock.history")
 
 #: The service's own lock; reserved (docs/history.md, "Retention").
-RETENTION_LOCK = f"{RESERVED_PREFIX}history-retention"
+RETENTION_LOCK = "schedlock:history-retention"
 #: How long the retention lock is taken for; a round stops deleting after half of it, and goes on next time.
 LOCK_AT_MOST_FOR = timedelta(minutes=5)
 #: A breath between batches, so a large backlog does not keep one connection busy back to back.
