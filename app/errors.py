@@ -68,6 +68,25 @@ class StorageUnavailable(SchedlockError):
     headers = MappingProxyType({"Retry-After": "1"})
 
 
+class DatabaseContention(SchedlockError):
+    """The statement met another transaction (a row lock it would not wait for, a deadlock or a serialization
+    failure that its one retry met again) and did nothing: retry. The database answered, so this is not an outage,
+    and it is this statement's alone: not a StorageUnavailable, which every caller of a shared statement gets."""
+
+    status = 503
+    code = "storage_unavailable"
+    headers = MappingProxyType({"Retry-After": "1"})
+
+
+class RowLockTimeout(DatabaseContention):
+    """A statement that set its own ``lock_timeout`` gave up waiting for a row another transaction holds: that
+    row's answer (its caller may go on alone), never everyone's."""
+
+
+class DatabaseUnsuitable(StorageUnavailable):
+    """The database answers but cannot hold the lock table as schedlock needs it (its encoding is not UTF8)."""
+
+
 class SchemaNotMigrated(StorageUnavailable):
     """The database answers but the lock table (or a column of it) is missing: run the migration."""
 

@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     db_connect_timeout: float = Field(default=5.0, gt=0, description="Seconds to open a connection.")
     db_statement_timeout: float = Field(default=5.0, gt=0, description="Seconds a lock statement may run.")
     db_pool_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait for a free connection.")
+    # asyncpg prepares each statement once per connection and keeps it by name. A pooler that lends each transaction
+    # another server connection (PgBouncer in transaction or statement mode) loses them: 0 sends every statement
+    # unnamed (prepared and run in one transaction: a second round trip and a fresh plan each), which works through it.
+    db_statement_cache_size: int = Field(
+        default=100, ge=0, description="Prepared statements kept per connection; 0 behind PgBouncer's transaction mode."
+    )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Case-insensitive.")
     log_format: Literal["auto", "json", "human"] = Field(

@@ -172,15 +172,14 @@ def _cursor(raw: bytes) -> str:
         "!!!",
         "",
         "é",  # not base64 at all
-        "a" * 201,  # over the declared maximum length
+        "a" * 4097,  # over the declared maximum length
         _cursor(b"a\x00b"),  # a NUL: Postgres text cannot hold it (was a 500 and a traceback)
         _cursor(b"\x00"),
         _cursor(b"\xff\xfe"),  # not UTF-8
         _cursor(b"\xed\xa0\x80"),  # an encoded surrogate: not UTF-8 either
-        _cursor(b"tab\tname"),  # decodes, but to no possible lock name
-        _cursor(b"a/b"),
-        _cursor(b"x" * 65),
-        _cursor(b"c1\xc2\x85"),
+        "YR",  # decodes to "a", but the API spells that "YQ"
+        # Names the API's rule refuses (a tab, "/", 65 characters, a C1 control) are no longer here: a Java node may
+        # write them, and the cursor after such a row is taken back (tests/test_list_cursor.py).
     ],
     ids=repr,
 )

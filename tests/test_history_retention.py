@@ -15,7 +15,6 @@ from fastapi import FastAPI
 
 from app.history.retention import RETENTION_LOCK
 from app.settings import Settings
-from tests.support.api import acquire
 from tests.support.apps import in_process, migrated_table
 from tests.support.statements import watched
 
@@ -105,13 +104,14 @@ async def test_old_history_goes_in_batches_under_the_lock(
 async def test_a_replica_that_finds_the_lock_held_prunes_nothing(
     pair: tuple[FastAPI, httpx.AsyncClient], db: Any, own_table: Settings
 ) -> None:
-    app, client = pair
+    app, _ = pair
     tag = uuid.uuid4().hex[:8]
     await seed(db, own_table, tag)
-    other = (await acquire(client, RETENTION_LOCK, "10m")).json()  # another replica is pruning
+    # Another replica is pruning (callers cannot take the service's own lock: it is reserved).
+    other = await app.state.store.acquire(RETENTION_LOCK, timedelta(minutes=10), timedelta(0), "another replica")
     assert await app.state.pruner.prune_once() is None
     assert await count(db, tables(own_table)[1], tag) == 16
-    await client.post(f"/v1/locks/{RETENTION_LOCK}/release", json={"token": other["token"]})
+    await app.state.store.release(RETENTION_LOCK, other.token)
     assert await app.state.pruner.prune_once() == 14
 
 

@@ -137,3 +137,21 @@ def test_workers_must_be_at_least_one() -> None:
         [sys.executable, "-m", "app", "serve", "--workers", "0"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "--workers: must be 1 or more" in done.stderr
+
+
+@pytest.mark.system
+def test_a_worker_that_fails_at_start_up_fails_the_server(settings: Settings) -> None:
+    """A database that does not exist fails each worker's lifespan (uvicorn: "failed to start"): the supervisor
+    stops, and so must `serve`, with the status one process exits with after a failed start-up (3), never 0."""
+    missing = settings.model_copy(
+        update={"database_url": SecretStr(settings.asyncpg_dsn().rsplit("/", 1)[0] + "/no_such_database")}
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(free_port()), "--workers", "2"],
+        env=server_env(missing, {"SCHEDLOCK_POOL_MIN_SIZE": "1"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "no_such_database" in done.stdout + done.stderr

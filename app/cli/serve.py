@@ -27,7 +27,11 @@ def migrate(settings: Settings) -> int:
     if settings.database_url is None:
         print("schedlock-server migrate: set SCHEDLOCK_DATABASE_URL", file=sys.stderr)
         return 2
-    logger.info("migrate: %s", migrations.upgrade(settings))
+    try:
+        logger.info("migrate: %s", migrations.upgrade(settings))
+    except migrations.UnsuitableDatabase as exc:
+        print(f"schedlock-server migrate: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -63,8 +67,8 @@ def serve(settings: Settings, *, migrate_first: bool) -> int:
         settings = settings.model_copy(update={"database_url": SecretStr(url)})
         migrate_first = True
     try:
-        if migrate_first:
-            migrate(settings)
+        if migrate_first and (status := migrate(settings)) != 0:
+            return status
         _announce(settings, authenticator)
         servers.run(settings, authenticator)
     finally:

@@ -5,7 +5,8 @@ and starts that many worker processes on it (a fresh interpreter each): every wo
 ``SCHEDLOCK_*`` environment, which ``serve`` first sets to the settings it resolved (flags and the embedded
 database's URL included). Each worker has its own database pool and its own metrics (docs/operations.md). On
 SIGTERM the supervisor sends SIGTERM to each worker, which shuts down gracefully, and returns once all have exited;
-``serve`` then stops the embedded database, if it started one.
+``serve`` then stops the embedded database, if it started one. A worker that fails at start-up stops them all, and
+``serve`` exits with status 3, as one process does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
 
 from app.auth.authenticator import Authenticator
 from app.ops.logs import configure_logging
@@ -71,7 +73,13 @@ def run(settings: Settings, authenticator: Authenticator) -> None:
     os.environ.update(settings.environ())
     # uvicorn.run(WORKER_APP, workers=N) does these three steps with a plain Config.
     config = WorkerConfig(WORKER_APP, factory=True, workers=settings.workers, **options)
-    Multiprocess(config, sockets=[config.bind_socket()]).run()
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor.run()
+    # A worker that failed before it served (its lifespan raised: a database that does not exist, say) stops the
+    # supervisor, which then returns as if asked to stop. Exit as one process does after a failed start-up, so an
+    # orchestrator sees the failure rather than a clean exit.
+    if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+        raise SystemExit(STARTUP_FAILURE)
 
 
 class WorkerConfig(uvicorn.Config):

@@ -41,10 +41,30 @@ def is_ready_revision(current: str | None, head: str, known: frozenset[str]) -> 
     return current is not None and (current == head or current not in known)
 
 
-def upgrade(settings: Settings) -> str:
+class UnsuitableDatabase(Exception):
+    """The database cannot hold the lock table as schedlock needs it; the message says why and what to do."""
+
+
+def encoding_problem(encoding: str) -> str | None:
+    """Why a database of ``encoding`` (its ``server_encoding``) cannot serve, or None for UTF8."""
+    if encoding == "UTF8":
+        return None
+    return (
+        f"the database's encoding is {encoding}, not UTF8: lock names, holders and reasons are any Unicode text "
+        f"(Java ShedLock's names too), which it cannot all store"
+        + (" (and it counts VARCHAR(64) in bytes)" if encoding == "SQL_ASCII" else "")
+        + "; create a database with ENCODING 'UTF8' (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0) "
+        "and point SCHEDLOCK_DATABASE_URL at it"
+    )
+
+
+def upgrade(settings: Settings, *, require_utf8: bool = True) -> str:
     """Create or adopt the lock table and bring it to the newest revision. Safe to run any number of times.
-    Returns what it did, in a sentence: created, adopted, upgraded, or found it current."""
+    Returns what it did, in a sentence: created, adopted, upgraded, or found it current. Raises
+    UnsuitableDatabase, before touching anything, for a database whose encoding is not UTF8 (``require_utf8=False``
+    is for tests that need a table there, as an older release would have made it)."""
     config = alembic_config(settings)
+    config.attributes["require_utf8"] = require_utf8
     command.upgrade(config, "head")
     return describe_outcome(settings.table, *config.attributes["outcome"])
 

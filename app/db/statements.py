@@ -1,14 +1,14 @@
 """Database connections for the hot path, and how database failures are reported.
 
 Lock statements go straight to asyncpg (prepared once per connection, one round trip, autocommit: each
-statement is its own transaction, so CURRENT_TIMESTAMP is the database's now), on connections lent by
-``app.db.pool.StatementPool``. SQLAlchemy owns the schema (``app.db.schema``) and the migrations.
+statement is its own transaction, so CURRENT_TIMESTAMP is the database's now; with SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0,
+for PgBouncer, prepared unnamed each time), on connections lent by ``app.db.pool.StatementPool``, which
+``app.db.connector`` opens. SQLAlchemy owns the schema (``app.db.schema``) and the migrations.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import time
@@ -17,6 +17,8 @@ from typing import Any
 
 import asyncpg
 
+from app.db import failures
+from app.db.connector import Connector
 from app.db.pool import StatementPool
 from app.errors import SchemaNotMigrated, StorageUnavailable
 from app.settings import Settings
@@ -47,28 +49,11 @@ _DROP_CONNECTION: tuple[type[BaseException], ...] = (asyncio.CancelledError, *_U
 
 
 async def create_pool(settings: Settings) -> StatementPool:
-    """A pool whose connections speak UTC and give up on stuck statements.
+    """A pool whose connections speak UTC, pin what the statements rely on and give up on stuck statements.
 
     If the database is down at start-up, the pool starts empty instead of failing: the service comes up
     unready (/readyz answers 503) and recovers by itself when the database does."""
-    open_connection = functools.partial(
-        asyncpg.connect,
-        dsn=settings.asyncpg_dsn(),
-        timeout=settings.db_connect_timeout,
-        command_timeout=settings.db_statement_timeout + 1.0,
-        server_settings={
-            "timezone": "UTC",
-            "application_name": "schedlock",
-            "statement_timeout": str(int(settings.db_statement_timeout * 1000)),
-        },
-    )
-
-    async def connect() -> Any:
-        conn = await open_connection()
-        conn.add_log_listener(_heard)
-        return conn
-
-    pool = StatementPool(connect, min_size=settings.pool_min_size, max_size=settings.pool_max_size)
+    pool = StatementPool(Connector(settings, _heard), min_size=settings.pool_min_size, max_size=settings.pool_max_size)
     try:
         await pool.open()
     except _UNAVAILABLE as exc:  # the service starts unready (/readyz 503) and recovers by itself
@@ -113,18 +98,21 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
 
     A database failure becomes StorageUnavailable (503), or SchemaNotMigrated when the table or its columns are
     missing; ``action`` names what failed. A statement whose outcome is unknown (the connection broke after it
-    was sent, or the commit was not confirmed: see _heard) is reported the same way: never as success."""
+    was sent, or the commit was not confirmed: see _heard) is reported the same way: never as success. Contention
+    (a serialization failure or deadlock, sent once more first; a lock timeout) and text the database cannot store
+    are the caller's own 503 and 422 (app.db.failures)."""
     try:
         conn = await pool.acquire(pool_timeout)
         try:
-            rows: list[Any] = await conn.fetch(sql, *args)
-            if _warned and conn in _warned:
-                raise _unconfirmed(action)
-        except _DROP_CONNECTION:
+            rows = await _run(conn, action, sql, args)
+        except _DROP_CONNECTION + failures.LOST_STATEMENT:
             # A connection that failed this way is never lent again; the pool opens a new one. Read-only: its server
             # is a standby now (a switchover), so the next connection finds the primary.
             conn.terminate()
             raise
+        except failures.UNSTORABLE_TEXT as exc:
+            pool.availability.answered()
+            raise failures.unstorable(action, sql, args, conn.get_settings().server_encoding, exc) from None
         finally:
             if _warned:  # a mark left by a statement that failed must not taint the connection's next one
                 _warned.discard(conn)
@@ -135,10 +123,29 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
     except (asyncpg.UndefinedColumnError, asyncpg.UndefinedFunctionError):
         pool.availability.answered()
         raise SchemaNotMigrated(f"{action}: the lock table is not migrated; run `schedlock-server migrate`") from None
+    except failures.RETRY_ONCE + failures.LOCK_TIMEOUT as exc:
+        pool.availability.answered()
+        raise failures.contended(action, exc) from None
+    except failures.LOST_STATEMENT:
+        pool.availability.answered()
+        raise failures.lost_statement(action) from None
     except _UNAVAILABLE as exc:
         pool.availability.failed(action, type(exc).__name__)
         raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
     pool.availability.answered()
+    return rows
+
+
+async def _run(conn: Any, action: str, sql: str, args: tuple[Any, ...]) -> list[Any]:
+    """The statement, sent once more after a serialization failure or a deadlock: its transaction was rolled back
+    whole, so the second try is the first to do anything."""
+    try:
+        rows: list[Any] = await conn.fetch(sql, *args)
+    except failures.RETRY_ONCE:
+        _warned.discard(conn)  # whatever the failed try drew is not the second's
+        rows = await conn.fetch(sql, *args)
+    if _warned and conn in _warned:
+        raise _unconfirmed(action)
     return rows
 
 

@@ -18,6 +18,7 @@ from app.api.models_history import ForceReleaseRequest, ForceReleaseResponse
 from app.api.routes import LOCKS
 from app.api.routes.locks import LockName
 from app.api.routes.runs import json_response, run_view
+from app.locking.names import refuse_reserved
 from app.locking.timefmt import format_time
 
 # JsonBodyRoute: the body is read as the lock routes read theirs (JSON only, else 415; see app.api.bodies).
@@ -51,6 +52,7 @@ async def force_release(
     request: Request,
 ) -> Response:
     principal.require_admin(name)
+    refuse_reserved(name)
     by = principal.name or ANONYMOUS
     forced, row = await store.force_release(name, by, body.reason)
     run = await history.run(name, row.fencing_token) if row.fencing_token else None

@@ -8,10 +8,11 @@ from starlette.responses import Response
 from app.api import openapi as doc
 from app.api.deps import StoreDep
 from app.api.models import Health
-from app.db.migrate import is_ready_revision
-from app.errors import StorageUnavailable
+from app.db.migrate import encoding_problem, is_ready_revision
+from app.errors import DatabaseUnsuitable, StorageUnavailable
 
 router = APIRouter(tags=["health"])
+_ENCODING = "SELECT current_setting('server_encoding') AS encoding"
 
 
 @router.get(
@@ -36,6 +37,11 @@ async def healthz() -> Response:
     responses={**doc.ok({"status": "ready"}), **doc.DOWN},
 )
 async def readyz(request: Request, store: StoreDep) -> Response:
+    # A database that cannot store every name (its encoding is not UTF8) is not ready, whatever its schema.
+    encoding = (await store.fetch("schema_revision", _ENCODING))[0]["encoding"]
+    problem = encoding_problem(encoding)
+    if problem is not None:
+        raise DatabaseUnsuitable(problem)
     expected: str = request.app.state.schema_revision
     current = await store.schema_revision(request.app.state.version_table)
     if not is_ready_revision(current, expected, request.app.state.known_revisions):

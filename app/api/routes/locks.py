@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from datetime import timedelta
 from typing import Annotated
 
@@ -30,7 +28,8 @@ from app.api.routes import LOCKS
 from app.errors import InvalidRequest
 from app.locking.durations import format_duration
 from app.locking.leases import new_locked_by
-from app.locking.names import LOCK_NAME, NAME_MAX, NAME_PATTERN
+from app.locking.listing import CURSOR_MAX, decode_cursor, encode_cursor
+from app.locking.names import NAME_MAX, NAME_PATTERN, refuse_reserved
 from app.locking.rows import LockRow
 from app.schedules.ticks import chooser
 from app.settings import Settings
@@ -124,6 +123,7 @@ def _view(row: LockRow) -> LockView:
 )
 async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
+    refuse_reserved(name)
     settings = settings_of(request)
     _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
     choose = chooser(body.slot, body.schedule, body.timezone, settings.slot_early_grace)
@@ -175,6 +175,7 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
 )
 async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
+    refuse_reserved(name)
     row = await store_of(request).release(name, body.token, body.completed)
     done = None if row.slot is None else row.last_completed_slot == row.slot
     answer = ReleaseResponse(
@@ -208,6 +209,7 @@ async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep,
 )
 async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
+    refuse_reserved(name)
     _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
     row = await store_of(request).extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
     return _json(
@@ -235,18 +237,12 @@ async def get_lock(name: LockName, principal: PrincipalDep, request: Request) ->
     return _json(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
 
 
-def _encode_cursor(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
-
-
 def _decode_cursor(cursor: str) -> str:
-    """The name a cursor stands for. A cursor is a lock name we handed out, so it must decode to one: anything else
-    (bad base64 or UTF-8, a NUL Postgres cannot store, a control character, a '/') is the caller's 422."""
-    try:
-        name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        return str(LOCK_NAME.validate_python(name))
-    except (binascii.Error, UnicodeDecodeError, ValueError):  # pydantic's ValidationError is a ValueError
-        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor") from None
+    """The name a cursor stands for; anything this API did not hand out is the caller's 422."""
+    name = decode_cursor(cursor)
+    if name is None:
+        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
+    return name
 
 
 @router.get(
@@ -275,13 +271,15 @@ async def list_locks(
     ] = None,
     held: Annotated[bool | None, Query(description="true: only held locks; false: only free ones.")] = None,
     limit: Annotated[int, Query(ge=1, description="Page size (the server caps it; default 100).")] = 100,
-    cursor: Annotated[str | None, Query(max_length=200, description="`next_cursor` of the previous page.")] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=CURSOR_MAX, description="`next_cursor` of the previous page.")
+    ] = None,
 ) -> Response:
     if limit > settings.list_max_limit:
         raise InvalidRequest(f"limit: must be at most {settings.list_max_limit}", field="limit")
     after = _decode_cursor(cursor) if cursor is not None else None
     page = await store.page(prefix=prefix, held=held, after=after, limit=limit, scope=principal.prefixes)
-    next_cursor = _encode_cursor(page.rows[-1].name) if page.has_more else None
+    next_cursor = encode_cursor(page.rows[-1].name) if page.has_more else None
     return _json(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))
 
 

@@ -10,13 +10,16 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db.migrate import version_table_for
+from app.db.migrate import UnsuitableDatabase, encoding_problem, version_table_for
 from app.settings import Settings
 
 settings: Settings = context.config.attributes["settings"]
 
 
 def _run(connection: Connection) -> None:
+    problem = encoding_problem(str(connection.exec_driver_sql("SHOW server_encoding").scalar()))
+    if problem is not None and context.config.attributes.get("require_utf8", True):
+        raise UnsuitableDatabase(f"not migrating: {problem}")
     context.configure(
         connection=connection,
         version_table=version_table_for(settings),
@@ -35,12 +38,18 @@ async def _connect() -> asyncpg.Connection:
     # asyncpg reads the URL itself, as the serving pool does: SQLAlchemy's URL parser cannot read a multi-host URL
     # (postgresql://h1:5432,h2:5432/db?target_session_attrs=read-write), which finds the primary after a failover.
     return await asyncpg.connect(
-        settings.asyncpg_dsn(), timeout=settings.db_connect_timeout, server_settings={"timezone": "UTC"}
+        settings.asyncpg_dsn(),
+        timeout=settings.db_connect_timeout,
+        server_settings={"timezone": "UTC"},
+        statement_cache_size=settings.db_statement_cache_size,
     )
 
 
 async def _main() -> None:
-    engine = create_async_engine("postgresql+asyncpg://", async_creator=_connect)
+    # Behind PgBouncer's transaction mode (SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0), SQLAlchemy's own cache of prepared
+    # statements must be off too.
+    cache = "" if settings.db_statement_cache_size else "?prepared_statement_cache_size=0"
+    engine = create_async_engine(f"postgresql+asyncpg://{cache}", async_creator=_connect)
     try:
         async with engine.connect() as connection:
             if settings.table_schema:
