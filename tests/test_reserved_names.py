@@ -1,4 +1,4 @@
-"""Names starting with ``schedlock:`` are the service's own (its chores' locks, app.locking.retention): every
+"""Names starting with ``schedlock:`` are the service's own (its chores' locks, app.history.retention): every
 operation that takes a name from a caller to change a lock refuses them with 422, ``field: "name"``, and leaves the
 row alone; reading and listing show them like any other."""
 
@@ -12,8 +12,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.history.retention import RETENTION_LOCK
 from app.locking.names import RESERVED_PREFIX
-from app.locking.retention import RETENTION_LOCK
 from app.settings import Settings
 from tests.support.apps import in_process
 

@@ -22,7 +22,7 @@ LOCK_NAME = TypeAdapter(Annotated[str, Field(min_length=1, max_length=NAME_MAX, 
 #: Characters no name, prefix or holder text may contain: C0 and C1 controls.
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 HOLDER_MAX = 128
-#: The prefix of the names the service's own chores lock (app.locking.retention's ``schedlock:history-retention``).
+#: The prefix of the names the service's own chores lock (app.history.retention's ``schedlock:history-retention``).
 RESERVED_PREFIX = "schedlock:"
 
 
