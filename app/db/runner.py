@@ -9,10 +9,11 @@ from typing import Any, Protocol
 
 from app.db.pool import StatementPool
 from app.db.statements import fetch
-from app.errors import StorageUnavailable
+from app.errors import SchedlockError, StorageUnavailable
 
-#: Told of every statement run: (operation, seconds, outcome), outcome "ok" or "unavailable" (the database could not
-#: answer, or the table is not migrated). The operations are STATEMENT_OPERATIONS.
+#: Told of every statement run: (operation, seconds, outcome), outcome "ok", "unavailable" (the database could not
+#: answer, or the table is not migrated) or "failed" (it answered with an error: contention, a value it cannot store).
+#: The operations are STATEMENT_OPERATIONS.
 Observer = Callable[[str, float, str], None]
 #: Every operation a statement is run as: the metrics' label values.
 STATEMENT_OPERATIONS = (
@@ -46,6 +47,9 @@ class Statements:
             rows = await fetch(self.pool, self._pool_timeout, operation, sql, *args)
         except StorageUnavailable:
             observe(operation, time.perf_counter() - start, "unavailable")
+            raise
+        except SchedlockError:
+            observe(operation, time.perf_counter() - start, "failed")
             raise
         observe(operation, time.perf_counter() - start, "ok")
         return rows

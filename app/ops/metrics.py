@@ -79,7 +79,7 @@ class Metrics:
         )
         self.db_errors = Counter(
             "schedlock_db_errors",
-            "Lock-store calls that failed: database unavailable or not migrated.",
+            "Statements that failed: the database unavailable or not migrated, contention, or a value it cannot store.",
             ["operation"],
             registry=r,
         )
