@@ -1,0 +1,46 @@
+"""A Celery app whose beat sends ``record`` every NODE_EVERY seconds: run it as ``celery -A ... worker -B``."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from celery import Celery
+from celery.signals import worker_ready
+
+from schedlock.celery import SLOT_HEADER, SchedlockTask
+from tests.support.nodes import common
+
+QUEUE = os.environ["NODE_QUEUE"]
+
+app = Celery("schedlock_node", broker="filesystem://")
+app.conf.update(
+    broker_transport_options={"data_folder_in": QUEUE, "data_folder_out": QUEUE, "store_processed": False},
+    beat_scheduler="schedlock.celery:MemorySlotScheduler",
+    beat_schedule={"record": {"task": "node.record", "schedule": timedelta(seconds=common.EVERY)}},
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    task_acks_late=False,
+)
+
+
+@app.task(
+    name="node.record",
+    bind=True,
+    base=SchedlockTask,
+    schedlock_name=common.LOCK_NAME,
+    schedlock_lock_at_most_for=common.LOCK_AT_MOST_FOR,
+    schedlock_keep_alive=common.KEEP_ALIVE,
+    schedlock_on_unavailable=common.ON_UNAVAILABLE,
+    autoretry_for=(RuntimeError,),  # a failed run is retried at once, with the same message headers: the same tick
+    default_retry_delay=0,
+    max_retries=3,
+)
+def record(self: SchedlockTask) -> None:
+    common.job(str(self.request.get(SLOT_HEADER) or "unstamped"))
+
+
+@worker_ready.connect
+def ready(**_: object) -> None:
+    common.setup_logging()
+    common.record("-", "ready")
