@@ -14,10 +14,13 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+import kombu
 
 ROOT = Path(__file__).parent.parent.parent
 SCHEDULERS = ("apscheduler", "celery", "django_cron")
@@ -80,7 +83,8 @@ class Nodes:
             NODE_DB=str(self.folder / f"{name}.sqlite3"),
         )
         environment.update({f"NODE_{key.upper()}": value for key, value in env.items()})
-        Path(environment["NODE_QUEUE"]).mkdir(parents=True, exist_ok=True)
+        if self.scheduler == "celery":
+            broker_for(Path(environment["NODE_QUEUE"]))
         log_path = self.folder / f"{name}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
@@ -152,6 +156,16 @@ def nodes(scheduler: str, url: str, folder: Path) -> Iterator[Nodes]:
         yield group
     finally:
         group.stop_all()
+
+
+def broker_for(folder: Path) -> None:
+    """Create the Celery nodes' broker (tests/support/nodes/celery_node.py) and its queue before they start: two
+    workers declaring it at once race to insert the same row."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():  # kombu's models use a loader option SQLAlchemy 2.1 deprecates
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with kombu.Connection(f"sqla+sqlite:///{folder}/broker.sqlite3") as connection:
+            connection.SimpleQueue("celery").close()
 
 
 def by_tick(records: list[Record]) -> dict[str, list[str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+import kombu.transport.sqlalchemy
 from celery import Celery
 from celery.signals import worker_ready
 
@@ -13,9 +14,13 @@ from tests.support.nodes import common
 
 QUEUE = os.environ["NODE_QUEUE"]
 
-app = Celery("schedlock_node", broker="filesystem://")
+# kombu's SQLAlchemy transport on a SQLite file: a broker shared by processes with no server to run (the filesystem
+# transport lets a worker read a message file its producer has not finished writing).
+app = Celery("schedlock_node", broker=f"sqla+sqlite:///{QUEUE}/broker.sqlite3")
+# The default second between polls is slow for ticks of a second (and the SQLAlchemy transport hands its transport
+# options to create_engine, so it cannot be set there).
+kombu.transport.sqlalchemy.Transport.polling_interval = 0.1
 app.conf.update(
-    broker_transport_options={"data_folder_in": QUEUE, "data_folder_out": QUEUE, "store_processed": False},
     beat_scheduler="schedlock.celery:MemorySlotScheduler",
     beat_schedule={"record": {"task": "node.record", "schedule": timedelta(seconds=common.EVERY)}},
     broker_connection_retry_on_startup=True,

@@ -1,0 +1,63 @@
+"""schedlock.celery: real Celery workers with embedded beats (``worker -B``), as separate processes, on kombu's
+filesystem transport (no broker server) and one lock of a live server: two beats send every tick, workers take the
+tick each message carries as the slot."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.support.schedulers import by_tick, nodes
+from tests.support.servers import LiveServer, free_port
+
+pytestmark = pytest.mark.system
+
+
+def test_two_beats_active_active_run_each_tick_once_and_retry_a_failed_run_on_its_tick(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    with nodes("celery", live_server.url, tmp_path) as group:
+        # Ticks of 2 s: a retry comes well before the next tick, whose run would hold the lock (one tick at a time).
+        a, b = group.start("a", mode="fail-first", every="2"), group.start("b", mode="fail-first", every="2")
+        group.wait_ready(a, b)
+        group.wait_until("3 ticks run", lambda: len(group.runs()) >= 3)
+        group.stop_all()
+    done = by_tick(group.runs())
+    assert "unstamped" not in done, "every message a beat sent carries its tick"
+    assert all(len(ran) == 1 for ran in done.values()), done  # each tick once, though both beats sent it
+    failed = {r.tick for r in group.runs("fail")}
+    assert failed <= set(done) and len(failed) >= len(done) - 1, group.logs()  # the retry ran the failed tick
+    assert "Retry in 0s" in a.log + b.log
+    assert "Sending due task" in a.log and "Sending due task" in b.log  # both beats send
+    skipped = a.log.count("skipped celery task") + b.log.count("skipped celery task")
+    ignored = a.log.count("] ignored") + b.log.count("] ignored")
+    assert skipped >= len(done) // 2 and ignored == skipped, group.logs()  # the other beat's message: Ignore
+
+
+def test_a_killed_workers_lock_expires_and_a_later_tick_runs(live_server: LiveServer, tmp_path: Path) -> None:
+    with nodes("celery", live_server.url, tmp_path) as group:
+        a, b = group.start("a", mode="hang", at_most="3s"), group.start("b", at_most="3s")
+        group.wait_until("a run that hangs", lambda: [r for r in group.runs("start") if r.node == "a"])
+        hung = next(r for r in group.runs("start") if r.node == "a")
+        group.kill(a)
+        group.wait_until("a later run on b", lambda: [r for r in group.runs() if r.at > hung.at])
+        group.stop_all()
+    later = [r for r in group.runs() if r.at > hung.at]
+    assert later[0].at >= hung.at + timedelta(seconds=2), group.logs()  # not before the dead run's lease expired
+    assert hung.tick not in by_tick(group.runs())
+    assert "is held by" in b.log, b.log  # messages taken while the dead worker's lease lived were skipped
+
+
+def test_schedlock_down_fail_closed_skips_loudly_and_fail_open_runs(live_server: LiveServer, tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    with nodes("celery", live_server.url, tmp_path) as group:
+        closed = group.start("closed", url=dead, queue=str(tmp_path / "closed-queue"))
+        opened = group.start("open", url=dead, queue=str(tmp_path / "open-queue"), on_unavailable="fail-open")
+        group.wait_until("a fail-open run", lambda: group.runs())
+        group.wait_until("a fail-closed skip", lambda: "lock service unavailable" in closed.log)
+        group.stop_all()
+    assert {r.node for r in group.runs("start")} == {"open"}, group.logs()
+    assert "ERROR schedlock.client skipped celery task" in closed.log or "ERROR" in closed.log, closed.log
+    assert "running celery task" in opened.log and "WITHOUT the lock" in opened.log, opened.log
