@@ -164,7 +164,8 @@ def broker_for(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # kombu's models use a loader option SQLAlchemy 2.1 deprecates
         warnings.simplefilter("ignore", DeprecationWarning)
-        with kombu.Connection(f"sqla+sqlite:///{folder}/broker.sqlite3") as connection:
+        broker = f"sqla+sqlite:///{folder}/broker.sqlite3"
+        with kombu.Connection(broker) as connection:  # type: ignore[attr-defined,no-untyped-call]
             connection.SimpleQueue("celery").close()
 
 

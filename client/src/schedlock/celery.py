@@ -17,6 +17,7 @@ Install with ``pip install 'schedlock[celery]'``. docs/celery.md.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import logging
 import math
@@ -48,6 +49,14 @@ MAX_TICKS_WALKED = 10_000
 logger = logging.getLogger("schedlock.celery")
 _clients: dict[tuple[int, str | None, str | None], LockClient] = {}
 _clients_guard = threading.Lock()
+
+
+@atexit.register
+def _close_clients() -> None:
+    with _clients_guard:
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
 
 
 def _client_for(task: Task) -> LockClient:

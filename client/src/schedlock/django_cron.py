@@ -18,6 +18,7 @@ for the next ``runcrons``. When schedlock is unreachable the job does not run an
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from datetime import timedelta
@@ -39,6 +40,14 @@ DEFAULT_LOCK_TIME = 24 * 60 * 60
 
 _clients: dict[tuple[int, str | None, str | None], LockClient] = {}
 _guard = threading.Lock()
+
+
+@atexit.register
+def _close_clients() -> None:
+    with _guard:
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
 
 
 def _client() -> LockClient:

@@ -29,7 +29,7 @@ app.conf.update(
 )
 
 
-@app.task(
+@app.task(  # type: ignore[untyped-decorator]  # Celery ships no type hints
     name="node.record",
     bind=True,
     base=SchedlockTask,
@@ -45,7 +45,7 @@ def record(self: SchedlockTask) -> None:
     common.job(str(self.request.get(SLOT_HEADER) or "unstamped"))
 
 
-@worker_ready.connect
+@worker_ready.connect  # type: ignore[untyped-decorator]
 def ready(**_: object) -> None:
     common.setup_logging()
     common.record("-", "ready")
