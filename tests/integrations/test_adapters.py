@@ -13,7 +13,7 @@ from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.schedules import crontab, schedule
 
-from schedlock.celery import due_tick
+from schedlock.celery import due_tick, next_tick
 
 ROOT = Path(__file__).parent.parent.parent
 SCHEDULERS = ("apscheduler", "celery", "django", "django_cron", "kombu")
@@ -51,3 +51,9 @@ def test_a_crontab_ticks_at_its_latest_tick_at_or_before_now() -> None:
         assert due_tick(entry(every_quarter, last_run), now) == datetime(2026, 12, 1, 20, 15, tzinfo=UTC)
     # Not yet due (a beat's last run is the latest tick): no tick since then to stamp.
     assert due_tick(entry(every_quarter, datetime(2026, 12, 1, 20, 15, tzinfo=UTC)), now) is None
+
+
+def test_a_ticks_message_expires_at_the_next_tick() -> None:
+    tick = datetime(2026, 12, 1, 20, 15, tzinfo=UTC)
+    assert next_tick(entry(crontab(minute="*/15"), tick), tick) == tick + timedelta(minutes=15)
+    assert next_tick(entry(schedule(timedelta(seconds=5)), tick), tick) == tick + timedelta(seconds=5)

@@ -38,7 +38,15 @@ from celery.beat import PersistentScheduler, ScheduleEntry, Scheduler  # noqa: E
 from celery.exceptions import Ignore  # noqa: E402
 from celery.schedules import crontab, schedule  # noqa: E402
 
-__all__ = ["SLOT_HEADER", "MemorySlotScheduler", "SchedlockTask", "SlotScheduler", "SlotSchedulerMixin", "due_tick"]
+__all__ = [
+    "SLOT_HEADER",
+    "MemorySlotScheduler",
+    "SchedlockTask",
+    "SlotScheduler",
+    "SlotSchedulerMixin",
+    "due_tick",
+    "next_tick",
+]
 
 #: The message header in which a beat says which tick a message is for; workers take it as the slot.
 SLOT_HEADER = "schedlock_slot"
@@ -110,6 +118,17 @@ class SchedlockTask(Task):  # type: ignore[misc]  # Celery ships no type hints
             return super().__call__(*args, **kwargs)
 
 
+def next_tick(entry: ScheduleEntry, tick: datetime) -> datetime | None:
+    """The entry's tick after ``tick``: when a message sent for ``tick`` expires."""
+    plan = entry.schedule
+    if isinstance(plan, crontab):
+        start, delta, _now = plan.remaining_delta(tick)
+        return start + delta  # type: ignore[no-any-return]
+    if isinstance(plan, schedule):
+        return tick + plan.run_every  # type: ignore[no-any-return]
+    return None
+
+
 def due_tick(entry: ScheduleEntry, now: datetime | None = None) -> datetime | None:
     """The tick a due entry is sent for, the same on every beat: None for schedules that have no fixed ticks.
 
@@ -138,7 +157,12 @@ def due_tick(entry: ScheduleEntry, now: datetime | None = None) -> datetime | No
 
 class SlotSchedulerMixin:
     """Stamps each message a beat sends with the tick it is due for (``schedlock_slot``); mix it into any
-    scheduler class (before it): ``class DatabaseSlotScheduler(SlotSchedulerMixin, DatabaseScheduler)``."""
+    scheduler class (before it): ``class DatabaseSlotScheduler(SlotSchedulerMixin, DatabaseScheduler)``.
+
+    Unless the entry sets ``expires``, the message expires when the entry's next tick is due: a slot older than the
+    last completed one is not refused (docs/slots.md), so a backlogged worker must not run a tick's late duplicate
+    after a later tick ran; it drops it instead (Celery logs it as expired, and its state is REVOKED).
+    """
 
     def apply_async(self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any) -> Any:
         tick = due_tick(entry)  # before super() advances the entry's last run

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from schedlock._adapters import Decision, require, take
+from schedlock._durations import DurationLike
 from schedlock._sync import LockClient
 
 require(__name__, "django-cron", "django-cron")
@@ -76,11 +77,14 @@ class SchedlockLock(DjangoCronJobLock):  # type: ignore[misc]  # django-cron shi
         super().__init__(cron_class, silent, *args, **kwargs)
         self.cron_class = cron_class
         self.lock_name = getattr(settings, "SCHEDLOCK_NAME_PREFIX", "") + str(cron_class.code)
-        lock_time = getattr(settings, "DJANGO_CRON_LOCK_TIME", DEFAULT_LOCK_TIME)
-        at_most = getattr(cron_class, "SCHEDLOCK_LOCK_AT_MOST_FOR", getattr(cron_class, "DJANGO_CRON_LOCK_TIME", None))
-        self.lock_at_most_for = at_most if at_most is not None else timedelta(seconds=lock_time)
+        at_most = getattr(cron_class, "SCHEDLOCK_LOCK_AT_MOST_FOR", None)
+        if at_most is None:  # django-cron's own lock time, in seconds, of the class or the settings
+            seconds: Any = getattr(cron_class, "DJANGO_CRON_LOCK_TIME", None)
+            if seconds is None:
+                seconds = getattr(settings, "DJANGO_CRON_LOCK_TIME", DEFAULT_LOCK_TIME)
+            at_most = timedelta(seconds=float(seconds))
+        self.lock_at_most_for: DurationLike = at_most
         self.decision: Decision | None = None
-        self.why = ""
 
     def lock(self) -> bool:
         """Take the job's lock (for its tick): True to go on to django-cron's schedule check, False to skip."""
@@ -99,11 +103,14 @@ class SchedlockLock(DjangoCronJobLock):  # type: ignore[misc]  # django-cron shi
         return self.decision.run
 
     def release(self) -> None:
-        self._release(completed=True)
+        self._release(None, None, None)
 
-    def _release(self, completed: bool, exc: BaseException | None = None) -> None:
+    def _release(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """End the lease as its context manager does: a job that raised releases with completed=false."""
         if self.decision is not None and self.decision.lease is not None:
-            self.decision.lease.__exit__(None if completed else type(exc or _Failed()), exc, None)
+            self.decision.lease.__exit__(exc_type, exc, tb)
         self.decision = None
 
     def __enter__(self) -> None:
@@ -115,11 +122,7 @@ class SchedlockLock(DjangoCronJobLock):  # type: ignore[misc]  # django-cron shi
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if not self.parallel:
-            self._release(exc_type is None, exc)  # a job that raised leaves its tick open
+            self._release(exc_type, exc, tb)  # a job that raised leaves its tick open
 
     def lock_failed_message(self) -> str:
         return f"{self.job_name}: not run, see the schedlock log line above (lock {self.lock_name!r})"
-
-
-class _Failed(Exception):
-    """The run did not complete (for a release told so without an exception)."""
