@@ -43,12 +43,12 @@ def test_two_beats_active_active_run_each_tick_once_and_retry_a_failed_run_on_it
 
 def test_keep_alive_holds_a_long_run_and_a_killed_workers_lock_expires(live_server: LiveServer, tmp_path: Path) -> None:
     with nodes("celery", live_server.url, tmp_path) as group, LockClient(live_server.url) as client:
-        # lock_at_most_for 2 s, extended every second while the run lives (the nodes lower keep-alive's 30 s floor)
-        a = group.start("a", mode="hang", at_most="2s", keep_alive="1")
-        b = group.start("b", at_most="2s", keep_alive="1")
+        # lock_at_most_for 3 s, extended every 1.5 s while the run lives (the nodes lower keep-alive's 30 s floor)
+        a = group.start("a", mode="hang", at_most="3s", keep_alive="1")
+        b = group.start("b", at_most="3s", keep_alive="1")
         group.wait_until("a run that hangs", lambda: [r for r in group.runs("start") if r.node == "a"])
         hung = next(r for r in group.runs("start") if r.node == "a")
-        time.sleep(4)  # twice lock_at_most_for: without keep-alive, b would run a later tick meanwhile
+        time.sleep(4.5)  # 1.5 lock_at_most_for: without keep-alive, b would run a later tick meanwhile
         assert not [r for r in group.runs() if r.at > hung.at], group.logs()
         assert client.get(group.lock).held, "keep-alive extends the hanging run's lease"
         killed_at = datetime.now(UTC)
