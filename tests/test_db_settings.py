@@ -9,6 +9,7 @@ import asyncio
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -75,6 +76,25 @@ async def test_a_database_lock_timeout_does_not_apply(database_url: str, name: s
         finally:
             await conn.close()
     assert answer.status_code == 200, answer.text
+
+
+async def test_a_row_left_locked_is_that_acquire_s_503_not_an_outage(settings: Settings, db: Any, name: str) -> None:
+    # Issue 20, defect 1: a transaction left open on a row (ShedLock #3577's takeover inside the job's transaction)
+    # makes a lone acquire of that name wait. It gives up at the service's lock timeout, before the statement
+    # timeout, as contention: 503 with Retry-After, and the database is not reported down.
+    quick = settings.model_copy(update={"db_statement_timeout": 1.0})
+    async with in_process(quick) as (app, client):
+        assert (await client.post(f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "1ms"})).status_code == 200
+        async with db.acquire() as conn, conn.transaction():
+            await conn.execute(f"SELECT FROM {settings.table} WHERE name = $1 FOR UPDATE", name)
+            started = time.monotonic()
+            answer = await client.post(f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "1m"})
+            waited = time.monotonic() - started
+            assert not app.state.store.statements.pool.availability.down
+        other = await client.post(f"/v1/locks/{name}-free/acquire", json={"lock_at_most_for": "1m"})
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
+    assert 0.7 <= waited < 1.0  # the lock timeout (80% of 1 s), not the statement timeout
+    assert other.status_code == 200
 
 
 @pytest.fixture

@@ -34,15 +34,21 @@ _CHECK = (
 )
 
 
+#: A statement waits for a row another transaction holds locked at most this share of its statement timeout: a
+#: holder's commit takes milliseconds, so a wait this long is a transaction left open (a Java node's job inside
+#: one, a psql session), and the statement gives up as contention (503, that row's answer), not as an outage.
+LOCK_TIMEOUT_SHARE = 0.8
+
+
 def session_settings(settings: Settings) -> dict[str, str]:
     """What the statements rely on that a database or role default may change, pinned on every connection:
-    READ COMMITTED (an acquire that waited for a row re-checks it; under REPEATABLE READ it fails instead), no
-    lock timeout of the database's (a statement that wants one sets its own, ``SET LOCAL``, and 0 is the default
-    it overrides), and the service's statement timeout."""
+    READ COMMITTED (an acquire that waited for a row re-checks it; under REPEATABLE READ it fails instead), the
+    service's own lock timeout (not the database's: LOCK_TIMEOUT_SHARE) and statement timeout."""
+    statement_ms = int(settings.db_statement_timeout * 1000)
     return {
         "default_transaction_isolation": "read committed",
-        "lock_timeout": "0",
-        "statement_timeout": f"{int(settings.db_statement_timeout * 1000)}ms",
+        "lock_timeout": f"{max(1, int(statement_ms * LOCK_TIMEOUT_SHARE))}ms",
+        "statement_timeout": f"{statement_ms}ms",
     }
 
 
