@@ -22,7 +22,6 @@ import os
 import signal
 import socket
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -60,14 +59,9 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     servers: list[tuple[str, LiveServer]] = []
     try:
         migrate.upgrade(Settings(database_url=SecretStr(cluster.url), table="shedlock"))
-        wanted = [("multi-host", cluster.url), ("multi-host", cluster.url), ("haproxy", cluster.haproxy_url)]
-
-        def serve(url: str) -> LiveServer:
-            return start_server(Settings(database_url=SecretStr(url), table="shedlock"), extra_env=TIMEOUTS)
-
-        with ThreadPoolExecutor(len(wanted)) as starting:  # side by side: each takes seconds to be ready
-            futures = [(route, starting.submit(serve, url)) for route, url in wanted]
-        servers.extend((route, future.result()) for route, future in futures)
+        for route, url in (("multi-host", cluster.url), ("multi-host", cluster.url), ("haproxy", cluster.haproxy_url)):
+            settings = Settings(database_url=SecretStr(url), table="shedlock")
+            servers.append((route, start_server(settings, extra_env=TIMEOUTS)))
         routes: dict[str, list[str]] = {}
         for route, server in servers:
             routes.setdefault(route, []).append(server.url)
