@@ -47,6 +47,7 @@ class Answer:
     status: int  # 0: no HTTP answer at all
     retry_after: str | None
     code: str | None
+    message: str | None = None
 
 
 @dataclass
@@ -91,8 +92,11 @@ class LeaseLoad:
         except httpx.HTTPError:
             self.answers.append(Answer(self.now(), route, operation, 0, None, None))
             return None
-        code = r.json().get("error", {}).get("code") if r.status_code != 200 else None
-        self.answers.append(Answer(self.now(), route, operation, r.status_code, r.headers.get("retry-after"), code))
+        error = r.json().get("error", {}) if r.status_code != 200 else {}
+        retry_after = r.headers.get("retry-after")
+        self.answers.append(
+            Answer(self.now(), route, operation, r.status_code, retry_after, error.get("code"), error.get("message"))
+        )
         return r
 
     async def _worker(self, client: httpx.AsyncClient, route: str, index: int) -> None:
@@ -140,7 +144,8 @@ class LeaseLoad:
         deadline = time.monotonic() + within
         while (first := self.first_grant_after(moment, route)) is None:
             if time.monotonic() > deadline:
-                raise AssertionError(f"no lock granted {within} s after the fault: {self.between(moment)}")
+                said = Counter(a.message for a in self.answers if a.at >= moment and a.status == 503)
+                raise AssertionError(f"no lock granted {within} s after {moment:.1f} s: {self.between(moment)}, {said}")
             await asyncio.sleep(0.1)
         return first
 
