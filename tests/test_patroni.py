@@ -10,7 +10,7 @@ is printed (pytest -s); fencing tokens granted after the switch are above every 
 leader. Asynchronous mode's losses are counted and printed, not asserted (that mode may lose them).
 
 The suite runs synchronous mode with three faults (SCHEDLOCK_PATRONI_FAULTS and SCHEDLOCK_PATRONI_MODES select
-others: docs/high-availability.md has the full runs), about a minute and a half in all.
+others: docs/high-availability.md has the full runs), under two minutes in all on two shared cores.
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
             routes.setdefault(route, []).append(server.url)
         yield Deployment(cluster, routes)
     finally:
-        outputs = [stop_server(server) for _, server in servers]
-        destroy_and_check(cluster)
+        try:
+            outputs = [stop_server(server) for _, server in servers]
+        finally:
+            destroy_and_check(cluster)
     for output in outputs:
         assert "Traceback" not in output, output
         records = [json.loads(line) for line in output.split("\n") if line.strip().startswith("{")]
@@ -78,11 +80,13 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
 def destroy_and_check(cluster: PatroniCluster) -> None:
     """Tear down as after a failed test, the worst case included: the leader's Patroni killed, its Postgres
     orphaned. Nothing may be left: no process, no listening port, no directory."""
-    leader = cluster.leader()
-    if leader is not None:
-        cluster.kill_patroni(cluster.node(leader))
-    pids, ports = cluster.pids(), cluster.ports()
-    cluster.destroy()
+    try:
+        leader = cluster.leader()
+        if leader is not None:
+            cluster.kill_patroni(cluster.node(leader))
+        pids, ports = cluster.pids(), cluster.ports()
+    finally:
+        cluster.destroy()
     poll(lambda: not [pid for pid in pids if alive(pid)], 10, f"processes {pids} to go")
     for port in ports:
         with contextlib.suppress(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 0.5):
@@ -113,7 +117,15 @@ def heal(cluster: PatroniCluster, fault: str, leader: str) -> None:
     """Undo the fault, so the next test starts from three healthy nodes."""
     node = cluster.node(leader)
     if fault == "kill_patroni":
-        cluster.start_patroni(node)  # it finds its Postgres a primary without the leader key: demotes, rewinds
+        cluster.start_patroni(node)  # it finds its Postgres a primary without the leader key, and demotes it
+        # An orphaned primary that wrote WAL after the promotion (in synchronous mode, commits that waited for a
+        # standby in vain) may not rejoin by itself: seen with Patroni 3.0, "requested timeline N does not contain
+        # minimum recovery point". Then it is rebuilt from the new leader, as an operator would.
+        try:
+            poll(cluster.healthy, 20, "the old leader to rejoin")
+        except RuntimeError:
+            print(f"\n{leader} did not rejoin by itself: patronictl reinit")
+            cluster.reinit(node)
     elif fault == "etcd_cut_off":
         node.etcd_link.mode = "pass"
     elif fault == "stalled_sync_standby":

@@ -117,16 +117,19 @@ class PatroniCluster:
         return next((m["name"] for m in self.members() if m["role"] == "leader" and m["state"] == "running"), None)
 
     def healthy(self) -> bool:
-        """A running leader, both replicas streaming, and (synchronous mode) one of them synchronous."""
+        """A running leader streaming to every other node (as its own Postgres reports it: a replica Patroni calls
+        running may still be failing to start on a diverged timeline), one of them synchronous in that mode."""
         members = self.members()
-        if len(members) != len(self.nodes) or not any(
-            m["role"] == "leader" and m["state"] == "running" for m in members
-        ):
+        leader = next((m for m in members if m["role"] == "leader" and m["state"] == "running"), None)
+        if len(members) != len(self.nodes) or leader is None:
             return False
-        replicas = [m for m in members if m["role"] != "leader"]
-        if not all(m["state"] in ("streaming", "running") for m in replicas):
+        if self.synchronous and not any(m["role"] == "sync_standby" for m in members):
             return False
-        return not self.synchronous or any(m["role"] == "sync_standby" for m in replicas)
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            status = httpx.get(f"http://127.0.0.1:{self.node(leader['name']).rest_port}/patroni", timeout=2).json()
+            streaming = [r for r in status.get("replication", []) if r.get("state") == "streaming"]
+            return len(streaming) == len(self.nodes) - 1
+        return False
 
     def wait_healthy(self, timeout: float = 90) -> str:
         poll(self.healthy, timeout, f"a healthy Patroni cluster: {self.members()}")
@@ -145,6 +148,14 @@ class PatroniCluster:
             **_as_postgres(),
         )
         log.close()
+
+    def reinit(self, node: Node) -> None:
+        """``patronictl reinit``: the node's data is replaced by a fresh copy of the leader's."""
+        subprocess.run(
+            ["patronictl", "-c", str(node.config), "reinit", SCOPE, node.name, "--force", "--wait"],
+            capture_output=True,
+            timeout=120,
+        )
 
     def kill_patroni(self, node: Node) -> None:
         """Patroni dies (SIGKILL) and nothing else: its Postgres goes on, still a primary if it was one."""
