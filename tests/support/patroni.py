@@ -26,22 +26,8 @@ from typing import Any
 import httpx
 
 from tests.support.faultproxy import FaultProxy
-from tests.support.pgcluster import _bin_dir
+from tests.support.patroni_config import SCOPE, haproxy_config, patroni_config
 from tests.support.servers import free_port
-
-SCOPE = "schedlock"
-#: Failure detection: the leader key lives ``ttl`` seconds; ttl >= loop_wait + 2 * retry_timeout (Patroni's rule).
-DCS = {"ttl": 10, "loop_wait": 1, "retry_timeout": 4}
-#: Fast and fragile where it is safe: fsync off loses nothing when processes die (the OS keeps the page cache).
-PARAMETERS = {
-    "fsync": "off",
-    "full_page_writes": "off",
-    "wal_log_hints": "on",  # pg_rewind, so an old leader rejoins as a replica
-    "max_connections": "100",
-    "wal_sender_timeout": "5s",  # a standby gone silent stops counting as synchronous within seconds
-    "wal_receiver_status_interval": "1s",
-    "synchronous_commit": "on",
-}
 
 
 @dataclass
@@ -239,7 +225,8 @@ def patroni_cluster(*, synchronous: bool, size: int = 3) -> PatroniCluster:
             link = FaultProxy(cluster.etcd_port)
             node = Node(f"node{index}", node_root, free_port(), free_port(), link)
             cluster.nodes.append(node)
-            node.config.write_text(json.dumps(_config(cluster, node), indent=2))
+            settings = patroni_config(node.name, node.root, node.pg_port, node.rest_port, link.port, synchronous)
+            node.config.write_text(json.dumps(settings, indent=2))
             if os.geteuid() == 0:
                 shutil.chown(node_root, "postgres", "postgres")
         cluster.start_patroni(cluster.nodes[0])
@@ -253,40 +240,6 @@ def patroni_cluster(*, synchronous: bool, size: int = 3) -> PatroniCluster:
         cluster.destroy()
         raise RuntimeError(f"the Patroni cluster did not start:\n{logs}") from None
     return cluster
-
-
-def _config(cluster: PatroniCluster, node: Node) -> dict[str, Any]:
-    trust = ["local all all trust", "host all all 127.0.0.1/32 trust", "host replication all 127.0.0.1/32 trust"]
-    mode = {"synchronous_mode": True, "synchronous_mode_strict": True} if cluster.synchronous else {}
-    return {
-        "scope": SCOPE,
-        "name": node.name,
-        "log": {"level": "INFO"},
-        "restapi": {"listen": f"127.0.0.1:{node.rest_port}", "connect_address": f"127.0.0.1:{node.rest_port}"},
-        "etcd3": {"hosts": [f"127.0.0.1:{node.etcd_link.port}"], "use_proxies": True},
-        "bootstrap": {
-            "dcs": {
-                **DCS,
-                **mode,
-                "maximum_lag_on_failover": 1048576,
-                # A crashed primary fails over at once instead of being restarted in place for up to 5 minutes.
-                "primary_start_timeout": 0,
-                "postgresql": {"use_pg_rewind": True, "use_slots": True, "parameters": PARAMETERS, "pg_hba": trust},
-            },
-            "initdb": [{"encoding": "UTF8"}, {"auth": "trust"}],
-        },
-        "postgresql": {
-            "listen": f"127.0.0.1:{node.pg_port}",
-            "connect_address": f"127.0.0.1:{node.pg_port}",
-            "data_dir": str(node.data),
-            "bin_dir": str(_bin_dir()),
-            "pgpass": str(node.root / "pgpass"),
-            "authentication": {"superuser": {"username": "postgres"}, "replication": {"username": "replicator"}},
-            "parameters": {"unix_socket_directories": str(node.root)},
-            "pg_hba": trust,
-        },
-        "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False},
-    }
 
 
 def _start_etcd(cluster: PatroniCluster) -> None:
@@ -317,16 +270,8 @@ def _start_etcd(cluster: PatroniCluster) -> None:
 def _start_haproxy(cluster: PatroniCluster) -> None:
     """TCP to the node whose Patroni answers 200 on /primary; connections to a node marked down are cut."""
     cluster.haproxy_port = free_port()
-    servers = "\n".join(f"  server {n.name} 127.0.0.1:{n.pg_port} check port {n.rest_port}" for n in cluster.nodes)
-    (cluster.root / "haproxy.cfg").write_text(
-        "global\n  maxconn 300\n"
-        "defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 30m\n  timeout server 30m\n"
-        "  timeout check 1s\n"
-        f"listen primary\n  bind 127.0.0.1:{cluster.haproxy_port}\n"
-        "  option httpchk GET /primary\n  http-check expect status 200\n"
-        "  default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions\n"
-        f"{servers}\n"
-    )
+    nodes = [(n.name, n.pg_port, n.rest_port) for n in cluster.nodes]
+    (cluster.root / "haproxy.cfg").write_text(haproxy_config(cluster.haproxy_port, nodes))
     log = (cluster.root / "haproxy.log").open("ab")
     cluster.haproxy = subprocess.Popen(
         ["haproxy", "-db", "-f", str(cluster.root / "haproxy.cfg")],
