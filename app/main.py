@@ -21,6 +21,7 @@ from app.api.routes import admin, docs, health, locks, runs, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
+from app.db.durability import warn_if_commits_may_be_lost
 from app.db.migrate import head_revision, known_revisions, schema_problem, version_table_for
 from app.db.schema import qualified_name, skips_table
 from app.db.statements import close_pool, create_pool
@@ -97,6 +98,7 @@ def create_app(
         app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
         metrics.watch(pool, store)
         await _warn_if_not_migrated(app, settings)
+        await warn_if_commits_may_be_lost(pool, settings.db_pool_timeout)
         if freeze_gc:
             gc.collect()
             gc.freeze()

@@ -28,6 +28,8 @@ OTHER_VARIABLES = {
     "SCHEDLOCK_FENCING_TOKEN": "client/src/schedlock/_run.py",
     "SCHEDLOCK_SLOT": "client/src/schedlock/_run.py",
     "SCHEDLOCK_TEST_DATABASE_URL": "tests/conftest.py",
+    "SCHEDLOCK_PATRONI_FAULTS": "tests/test_patroni.py",
+    "SCHEDLOCK_PATRONI_MODES": "tests/test_patroni.py",
 }
 VARIABLE = re.compile(r"\bSCHEDLOCK_[A-Z][A-Z0-9_]*[A-Z0-9]\b")
 
