@@ -30,6 +30,19 @@ OTHER_VARIABLES = {
     "SCHEDLOCK_TEST_DATABASE_URL": "tests/conftest.py",
     "SCHEDLOCK_PATRONI_FAULTS": "tests/test_patroni.py",
     "SCHEDLOCK_PATRONI_MODES": "tests/test_patroni.py",
+    # Django settings and job class attributes of the django-cron lock backend (docs/django-cron.md)
+    **{
+        f"SCHEDLOCK_{name}": "client/src/schedlock/django_cron.py"
+        for name in (
+            "KEEP_ALIVE",
+            "LOCK_AT_MOST_FOR",
+            "NAME_PREFIX",
+            "ONCE_PER",
+            "ON_UNAVAILABLE",
+            "TIMEOUT",
+            "TIMEZONE",
+        )
+    },
 }
 VARIABLE = re.compile(r"\bSCHEDLOCK_[A-Z][A-Z0-9_]*[A-Z0-9]\b")
 

@@ -49,4 +49,4 @@ async def test_no_writable_server_is_503_never_500(settings: Settings, name: str
             assert r.json()["error"]["code"] == "storage_unavailable" and reason in r.json()["error"]["message"]
             assert r.headers["retry-after"] == "1"
         # No read-only connection is kept for the next request: the next one must look for the primary again.
-        assert app.state.store._pool.get_size() == 0
+        assert app.state.store.statements.pool.get_size() == 0
