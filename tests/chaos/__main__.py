@@ -35,7 +35,14 @@ def parser() -> argparse.ArgumentParser:
         default=",".join(DEFAULT_FAULTS),
         help=f"comma-separated faults (default: all but {', '.join(OPT_IN_FAULTS)}); all: {', '.join(ALL_FAULTS)}",
     )
-    p.add_argument("--plant", choices=PLANTS, help="plant a bug for the checker to find")
+    p.add_argument(
+        "--plant",
+        choices=PLANTS,
+        action="append",
+        default=[],
+        help="plant a bug for the checker to find (repeatable): java-unguarded adds a Java node whose takeover has "
+        "no lock_until guard; server-unguarded runs server 0 with an acquire that has none",
+    )
     p.add_argument("--workdir", help="where the history goes (default: a new temporary folder)")
     p.add_argument("--json", type=Path, help="also write the figures and violations to this file as JSON")
     return p
@@ -57,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         java=args.java,
         names=args.names,
         faults=faults,
-        plant=args.plant,
+        plant=tuple(args.plant),
         workdir=args.workdir,
     )
     report = run(config)
