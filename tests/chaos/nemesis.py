@@ -171,6 +171,7 @@ class Nemesis:
         return f"server-1 clock +{jump:.0f} s (now {self.topology.clock_offset:+.0f} s)"
 
     async def _db_setting(self, setting: str, value: str, duration: float) -> str:
+        duration = 3 + 2 * duration  # the servers reconnect first: a second or more under load
         await self._alter(f"ALTER DATABASE postgres SET {setting} = {value}")
         await asyncio.sleep(duration)
         await self._alter(f"ALTER DATABASE postgres RESET {setting}")
