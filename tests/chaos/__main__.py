@@ -43,6 +43,12 @@ def parser() -> argparse.ArgumentParser:
         help="plant a bug for the checker to find (repeatable): java-unguarded adds a Java node whose takeover has "
         "no lock_until guard; server-unguarded runs server 0 with an acquire that has none",
     )
+    p.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="the last server reaches Postgres through PgBouncer (transaction pooling), with "
+        "SCHEDLOCK_DATABASE_STATEMENT_CACHE_SIZE=0 (opt-in: that setting is not in this release yet)",
+    )
     p.add_argument("--workdir", help="where the history goes (default: a new temporary folder)")
     p.add_argument("--json", type=Path, help="also write the figures and violations to this file as JSON")
     return p
@@ -65,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         names=args.names,
         faults=faults,
         plant=tuple(args.plant),
+        pgbouncer=args.pgbouncer,
         workdir=args.workdir,
     )
     report = run(config)

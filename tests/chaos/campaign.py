@@ -44,6 +44,8 @@ class CampaignConfig:
     #: A bug planted for the checker to find: "java-unguarded" adds a Java node whose takeover has no expiry guard;
     #: "server-unguarded" launches server 0 through tests.chaos.planted, whose acquire has none either.
     plant: tuple[str, ...] = ()
+    #: The last server reaches Postgres through PgBouncer in transaction pooling mode (tests/chaos/pgbouncer.py).
+    pgbouncer: bool = False
     workdir: str | None = None
 
 
@@ -102,7 +104,8 @@ async def _run(config: CampaignConfig) -> Report:
     logging.getLogger("asyncpg").setLevel(logging.CRITICAL)
     workdir = Path(config.workdir or tempfile.mkdtemp(prefix="schedlock-chaos-"))
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
-    topology = await asyncio.to_thread(Topology, workdir, config.servers, "server-unguarded" in config.plant)
+    planted = "server-unguarded" in config.plant
+    topology = await asyncio.to_thread(Topology, workdir, config.servers, planted, config.pgbouncer)
     PHASES["setup"] = time.monotonic() - started
     try:
         return await _campaign(config, topology, workdir, started)
