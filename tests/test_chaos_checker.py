@@ -232,3 +232,16 @@ def test_every_name_is_acquired_soon_after_the_heal() -> None:
     probes.grant("n", "probe.n", 3, 9, 11)
     assert check(h.ops, consistent_final(h.ops + probes.ops), probes.ops, 9.0, 3.0).ok
     assert rules(check(h.ops, consistent_final(h.ops + probes.ops), probes.ops, 5.0, 3.0)) == ["recovers"]
+
+
+def test_a_release_in_lock_untils_millisecond_may_end_the_run_either_way() -> None:
+    # The API truncates times to milliseconds: a release whose db_time equals lock_until may have come just after it.
+    for outcome in ("released", "expired"):
+        h = History()
+        h.grant("n", "a.1", 1, 0, 2)
+        h.release("n", "a.1", 2, 2)
+        final = consistent_final(h.ops)
+        final.runs[0]["outcome"] = outcome
+        assert verdict(h, final).ok, outcome
+    final.runs[0]["outcome"] = "taken_over"
+    assert rules(verdict(h, final)) == ["runs"]

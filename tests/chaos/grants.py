@@ -47,6 +47,9 @@ class Grant:
     outlived: bool = False
     #: The release came after lock_until: the run ends "expired", not "released" (docs/history.md).
     late: bool = False
+    #: The release's db_time and lock_until are the same millisecond (the API truncates to ms): late or not, the
+    #: answer cannot tell.
+    borderline: bool = False
     slot: str | None = None
 
     @property
@@ -123,6 +126,7 @@ def _grant(acquire: Op, ops: list[Op]) -> Grant:
         if op.ok and grant.release is None:
             grant.release, grant.released_until = op, _until(op)
             grant.late = _db_time(op) > last_until
+            grant.borderline = _db_time(op) == last_until
             grant.outlived = grant.outlived or grant.late
         elif not op.ok and not op.unknown:
             grant.outlived = True
