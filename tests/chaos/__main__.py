@@ -47,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
         "--pgbouncer",
         action="store_true",
         help="the last server reaches Postgres through PgBouncer (transaction pooling), with "
-        "SCHEDLOCK_DATABASE_STATEMENT_CACHE_SIZE=0 (opt-in: that setting is not in this release yet)",
+        "SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0 (opt-in: that setting is not in this release yet)",
     )
     p.add_argument("--workdir", help="where the history goes (default: a new temporary folder)")
     p.add_argument("--json", type=Path, help="also write the figures and violations to this file as JSON")

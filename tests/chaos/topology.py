@@ -93,7 +93,7 @@ class Topology:
         if self.pgbouncer is not None and index == len(self.proxies) - 1:
             # asyncpg's statement cache off: what PgBouncer's transaction pooling needs. The setting is issue 20's
             # (defect 3's work); a server without it ignores the variable, and meets PgBouncer with its cache on.
-            env["SCHEDLOCK_DATABASE_STATEMENT_CACHE_SIZE"] = "0"
+            env["SCHEDLOCK_DB_STATEMENT_CACHE_SIZE"] = "0"
         return env
 
     def start(self, index: int, wait: bool = True) -> None:
