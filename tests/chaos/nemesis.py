@@ -118,7 +118,7 @@ class Nemesis:
         try:
             fault.detail = await actions[kind]()
         except Exception as e:  # the fault could not be injected or mended: the heal mends it
-            fault.detail = f"failed: {type(e).__name__}: {e}"[:200]
+            fault.detail = f"failed: {type(e).__name__}: {str(e)[-400:]}"  # the end: a server's last lines
         fault.t1 = time.monotonic()
 
     async def _server_kill(self, index: int, duration: float) -> str:

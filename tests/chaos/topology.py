@@ -52,7 +52,6 @@ class Topology:
         self.planted = planted
         self.clock_file = workdir / "clock"
         self.clock_offset = 0.0
-        self.logs: list[str] = []
         self.pgbouncer: PgBouncer | None = None
         try:
             self.cluster.start(**PG_SETTINGS)
@@ -110,8 +109,13 @@ class Topology:
             return
         server.process.kill()
         server.process.wait()
-        self.logs.append(stop_server(server))
+        self._keep_log(index, stop_server(server))
         self.servers[index] = None
+
+    def _keep_log(self, index: int, output: str) -> None:
+        """What a server printed (its warnings and errors: SCHEDLOCK_LOG_LEVEL=WARNING), kept beside the history."""
+        with (self.workdir / f"server-{index}.log").open("a") as log:
+            log.write(output)
 
     def signal(self, index: int, signum: signal.Signals) -> None:
         server = self.servers[index]
@@ -134,7 +138,7 @@ class Topology:
         for index, server in enumerate(self.servers):
             if server is None or server.process.poll() is not None:
                 if server is not None:
-                    self.logs.append(stop_server(server))
+                    self._keep_log(index, stop_server(server))
                 self.start(index)
             else:
                 self.signal(index, signal.SIGCONT)
@@ -144,7 +148,7 @@ class Topology:
         for index, server in enumerate(self.servers):
             if server is not None:
                 self.signal(index, signal.SIGCONT)
-                self.logs.append(stop_server(server))
+                self._keep_log(index, stop_server(server))
         for proxy in self.proxies:
             proxy.close()
         if self.pgbouncer is not None:
