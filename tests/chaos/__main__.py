@@ -49,6 +49,11 @@ def parser() -> argparse.ArgumentParser:
         help="the last server reaches Postgres through PgBouncer (transaction pooling), with "
         "SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0 (opt-in: that setting is not in this release yet)",
     )
+    p.add_argument(
+        "--standby",
+        action="store_true",
+        help="Postgres is a primary with a synchronous standby; the pg_promote fault promotes it (once a run)",
+    )
     p.add_argument("--workdir", help="where the history goes (default: a new temporary folder)")
     p.add_argument("--json", type=Path, help="also write the figures and violations to this file as JSON")
     return p
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         faults=faults,
         plant=tuple(args.plant),
         pgbouncer=args.pgbouncer,
+        standby=args.standby,
         workdir=args.workdir,
     )
     report = run(config)

@@ -46,6 +46,8 @@ class CampaignConfig:
     plant: tuple[str, ...] = ()
     #: The last server reaches Postgres through PgBouncer in transaction pooling mode (tests/chaos/pgbouncer.py).
     pgbouncer: bool = False
+    #: Postgres is a primary with a synchronous standby, which the pg_promote fault promotes.
+    standby: bool = False
     workdir: str | None = None
 
 
@@ -105,7 +107,7 @@ async def _run(config: CampaignConfig) -> Report:
     workdir = Path(config.workdir or tempfile.mkdtemp(prefix="schedlock-chaos-"))
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     planted = "server-unguarded" in config.plant
-    topology = await asyncio.to_thread(Topology, workdir, config.servers, planted, config.pgbouncer)
+    topology = await asyncio.to_thread(Topology, workdir, config.servers, planted, config.pgbouncer, config.standby)
     PHASES["setup"] = time.monotonic() - started
     try:
         return await _campaign(config, topology, workdir, started)
@@ -118,7 +120,7 @@ async def _campaign(config: CampaignConfig, topology: Topology, workdir: Path, s
     slot_names = ["chaos.slot.a", "chaos.slot.b"]
     at_most = config.at_most_ms / 1000
     clients = [_start_client(config, topology, workdir, i, names, slot_names) for i in range(config.clients)]
-    pool = await asyncpg.create_pool(topology.cluster.url, min_size=1, max_size=config.java + 3)
+    pool = await asyncpg.create_pool(topology.java_url, min_size=1, max_size=config.java + 3)
     java_out = (workdir / "java.jsonl").open("w", buffering=1)
     stopping = asyncio.Event()
     try:

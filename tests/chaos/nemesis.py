@@ -36,8 +36,9 @@ DEFAULT_FAULTS = (
     "clock_jump",
 )
 #: Faults only injected when asked for (--faults): database settings that schedlock's current release answers with
-#: 500s (issue 20, defect 3), which other work is fixing. docs/reliability.md lists what they found.
-OPT_IN_FAULTS = ("db_repeatable_read", "db_lock_timeout")
+#: 500s (issue 20, defect 3), which other work is fixing, and a standby promotion (needs --standby; once a run).
+#: docs/reliability.md lists what they found.
+OPT_IN_FAULTS = ("db_repeatable_read", "db_lock_timeout", "pg_promote")
 ALL_FAULTS = DEFAULT_FAULTS + OPT_IN_FAULTS
 
 
@@ -111,6 +112,7 @@ class Nemesis:
             "pg_restart_immediate": lambda: self._pg_restart("immediate"),
             "long_transaction": lambda: self._long_transaction(target.removeprefix("row-"), duration),
             "clock_jump": lambda: self._clock_jump(),
+            "pg_promote": lambda: asyncio.to_thread(self.topology.promote),
             "db_repeatable_read": lambda: self._db_setting(
                 "default_transaction_isolation", "'repeatable read'", duration),
             "db_lock_timeout": lambda: self._db_setting("lock_timeout", "'50ms'", duration),

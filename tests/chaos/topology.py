@@ -18,6 +18,7 @@ from tests.chaos.pgbouncer import PgBouncer
 from tests.chaos.proxy import ChaosProxy
 from tests.support.faketime import libfaketime
 from tests.support.pgcluster import PgCluster
+from tests.support.replication import ReplicatedPair, replicated_pair
 from tests.support.servers import LiveServer, free_port, spawn_server, stop_server, wait_for
 
 ROOT = Path(__file__).parent.parent.parent
@@ -44,17 +45,24 @@ class Topology:
     """``servers`` server processes over one database; server 1 (if there is one) runs under libfaketime with its
     clock offset read from ``clock_file``; ``planted`` launches server 0 through tests.chaos.planted instead."""
 
-    def __init__(self, workdir: Path, servers: int = 2, planted: bool = False, pgbouncer: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, servers: int = 2, planted: bool = False, pgbouncer: bool = False, standby: bool = False
+    ) -> None:
         self.workdir = workdir
-        self.cluster = PgCluster()
+        # With a standby: a primary that waits for a synchronous standby to confirm every commit
+        # (tests/support/replication.py), for the nemesis to promote.
+        self.pair: ReplicatedPair | None = replicated_pair(synchronous=True) if standby else None
+        self.cluster = self.pair.primary if self.pair is not None else PgCluster()
         self.proxies: list[ChaosProxy] = []
+        self.java_proxy: ChaosProxy | None = None
         self.servers: list[LiveServer | None] = []
         self.planted = planted
         self.clock_file = workdir / "clock"
         self.clock_offset = 0.0
         self.pgbouncer: PgBouncer | None = None
         try:
-            self.cluster.start(**PG_SETTINGS)
+            if self.pair is None:
+                self.cluster.start(**PG_SETTINGS)
             env = {**self._base_env(), "SCHEDLOCK_DATABASE_URL": self.cluster.url, "SCHEDLOCK_TABLE": TABLE}
             subprocess.run([sys.executable, "-m", "app", "migrate"], env=env, check=True, capture_output=True)
             self.set_clock(0.0)
@@ -63,6 +71,7 @@ class Topology:
                 self.pgbouncer = PgBouncer(self.cluster.port)
                 targets[-1] = self.pgbouncer.port
             self.proxies = [ChaosProxy(target) for target in targets]
+            self.java_proxy = ChaosProxy(self.cluster.port)  # never broken: it follows a promotion
             self.ports = [free_port() for _ in range(servers)]
             self.servers = [None] * servers
             for index in range(servers):  # all at once: a server takes seconds to start on a loaded machine
@@ -73,6 +82,24 @@ class Topology:
         except BaseException:
             self.destroy()
             raise
+
+    @property
+    def java_url(self) -> str:
+        assert self.java_proxy is not None
+        return f"postgresql://postgres@127.0.0.1:{self.java_proxy.port}/postgres"
+
+    def promote(self) -> str:
+        """Stop the primary as a crashed host would, promote the standby, and point every link at it."""
+        if self.pair is None or self.cluster is self.pair.standby:
+            return "no standby to promote"
+        self.pair.primary.stop("immediate")
+        self.pair.standby.promote()
+        self.cluster = self.pair.standby
+        for proxy in [*self.proxies, *([self.java_proxy] if self.java_proxy else [])]:
+            if self.pgbouncer is None or proxy.target_port != self.pgbouncer.port:
+                proxy.target_port = self.cluster.port
+            proxy.reset()
+        return f"standby on port {self.cluster.port} promoted"
 
     @property
     def urls(self) -> list[str]:
@@ -149,8 +176,11 @@ class Topology:
             if server is not None:
                 self.signal(index, signal.SIGCONT)
                 self._keep_log(index, stop_server(server))
-        for proxy in self.proxies:
+        for proxy in [*self.proxies, *([self.java_proxy] if self.java_proxy else [])]:
             proxy.close()
         if self.pgbouncer is not None:
             self.pgbouncer.stop()
-        self.cluster.destroy()
+        if self.pair is not None:
+            self.pair.destroy()
+        else:
+            self.cluster.destroy()
