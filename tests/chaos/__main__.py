@@ -54,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Postgres is a primary with a synchronous standby; the pg_promote fault promotes it (once a run)",
     )
+    p.add_argument(
+        "--encoding",
+        choices=("UTF8", "LATIN1", "SQL_ASCII"),
+        default="UTF8",
+        help="the database's encoding (default UTF8); the others are issue 20's defect 3, opt-in",
+    )
     p.add_argument("--workdir", help="where the history goes (default: a new temporary folder)")
     p.add_argument("--json", type=Path, help="also write the figures and violations to this file as JSON")
     return p
@@ -78,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         plant=tuple(args.plant),
         pgbouncer=args.pgbouncer,
         standby=args.standby,
+        encoding=args.encoding,
         workdir=args.workdir,
     )
     report = run(config)

@@ -48,6 +48,8 @@ class CampaignConfig:
     pgbouncer: bool = False
     #: Postgres is a primary with a synchronous standby, which the pg_promote fault promotes.
     standby: bool = False
+    #: The database's encoding: UTF8 (the cluster's), or LATIN1 / SQL_ASCII, a database of their own.
+    encoding: str = "UTF8"
     workdir: str | None = None
 
 
@@ -107,7 +109,9 @@ async def _run(config: CampaignConfig) -> Report:
     workdir = Path(config.workdir or tempfile.mkdtemp(prefix="schedlock-chaos-"))
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     planted = "server-unguarded" in config.plant
-    topology = await asyncio.to_thread(Topology, workdir, config.servers, planted, config.pgbouncer, config.standby)
+    topology = await asyncio.to_thread(
+        Topology, workdir, config.servers, planted, config.pgbouncer, config.standby, config.encoding
+    )
     PHASES["setup"] = time.monotonic() - started
     try:
         return await _campaign(config, topology, workdir, started)
@@ -116,7 +120,8 @@ async def _run(config: CampaignConfig) -> Report:
 
 
 async def _campaign(config: CampaignConfig, topology: Topology, workdir: Path, started: float) -> Report:
-    names = [f"chaos.{chr(ord('a') + i)}" for i in range(config.names)]
+    # The last name is not Latin-1: a valid name (docs/api.md) that a LATIN1 database cannot store.
+    names = [*(f"chaos.{chr(ord('a') + i)}" for i in range(config.names - 1)), "chaos.锁"]
     slot_names = ["chaos.slot.a", "chaos.slot.b"]
     at_most = config.at_most_ms / 1000
     clients = [_start_client(config, topology, workdir, i, names, slot_names) for i in range(config.clients)]

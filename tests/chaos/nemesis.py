@@ -174,9 +174,9 @@ class Nemesis:
 
     async def _db_setting(self, setting: str, value: str, duration: float) -> str:
         duration = 3 + 2 * duration  # the servers reconnect first: a second or more under load
-        await self._alter(f"ALTER DATABASE postgres SET {setting} = {value}")
+        await self._alter(f"ALTER DATABASE {self.topology.dbname} SET {setting} = {value}")
         await asyncio.sleep(duration)
-        await self._alter(f"ALTER DATABASE postgres RESET {setting}")
+        await self._alter(f"ALTER DATABASE {self.topology.dbname} RESET {setting}")
         return f"{setting} = {value} for {duration:.1f} s"
 
     async def _alter(self, sql: str) -> None:

@@ -22,7 +22,7 @@ BINARY = "/usr/sbin/pgbouncer"
 
 
 class PgBouncer:
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, dbname: str = "postgres") -> None:
         if not Path(BINARY).exists():
             raise RuntimeError("pgbouncer is not installed: apt-get install pgbouncer (./scripts/test does)")
         self.port = free_port()
@@ -31,7 +31,7 @@ class PgBouncer:
         (self.dir / "users.txt").write_text('"postgres" ""\n')
         (self.dir / "pgbouncer.ini").write_text(
             f"""[databases]
-postgres = host=127.0.0.1 port={target_port} dbname=postgres user=postgres
+{dbname} = host=127.0.0.1 port={target_port} dbname={dbname} user=postgres
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = {self.port}

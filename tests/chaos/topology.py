@@ -46,9 +46,17 @@ class Topology:
     clock offset read from ``clock_file``; ``planted`` launches server 0 through tests.chaos.planted instead."""
 
     def __init__(
-        self, workdir: Path, servers: int = 2, planted: bool = False, pgbouncer: bool = False, standby: bool = False
+        self,
+        workdir: Path,
+        servers: int = 2,
+        planted: bool = False,
+        pgbouncer: bool = False,
+        standby: bool = False,
+        encoding: str = "UTF8",
     ) -> None:
         self.workdir = workdir
+        # Another encoding than the cluster's UTF8 is a database of its own (issue 20, defect 3: LATIN1, SQL_ASCII).
+        self.dbname = "postgres" if encoding == "UTF8" else f"chaos_{encoding.lower()}"
         # With a standby: a primary that waits for a synchronous standby to confirm every commit
         # (tests/support/replication.py), for the nemesis to promote.
         self.pair: ReplicatedPair | None = replicated_pair(synchronous=True) if standby else None
@@ -63,12 +71,18 @@ class Topology:
         try:
             if self.pair is None:
                 self.cluster.start(**PG_SETTINGS)
-            env = {**self._base_env(), "SCHEDLOCK_DATABASE_URL": self.cluster.url, "SCHEDLOCK_TABLE": TABLE}
+            if self.dbname != "postgres":
+                create = f"CREATE DATABASE {self.dbname} ENCODING '{encoding}' LOCALE 'C' TEMPLATE template0"
+                subprocess.run(
+                    [str(self.cluster.bin / "psql"), self.cluster.url, "-c", create], check=True, capture_output=True
+                )
+            url = self.cluster.url.rsplit("/", 1)[0] + f"/{self.dbname}"
+            env = {**self._base_env(), "SCHEDLOCK_DATABASE_URL": url, "SCHEDLOCK_TABLE": TABLE}
             subprocess.run([sys.executable, "-m", "app", "migrate"], env=env, check=True, capture_output=True)
             self.set_clock(0.0)
             targets = [self.cluster.port] * servers
             if pgbouncer:  # the last server reaches Postgres through PgBouncer, behind its fault proxy
-                self.pgbouncer = PgBouncer(self.cluster.port)
+                self.pgbouncer = PgBouncer(self.cluster.port, self.dbname)
                 targets[-1] = self.pgbouncer.port
             self.proxies = [ChaosProxy(target) for target in targets]
             self.java_proxy = ChaosProxy(self.cluster.port)  # never broken: it follows a promotion
@@ -86,7 +100,7 @@ class Topology:
     @property
     def java_url(self) -> str:
         assert self.java_proxy is not None
-        return f"postgresql://postgres@127.0.0.1:{self.java_proxy.port}/postgres"
+        return f"postgresql://postgres@127.0.0.1:{self.java_proxy.port}/{self.dbname}"
 
     def promote(self) -> str:
         """Stop the primary as a crashed host would, promote the standby, and point every link at it."""
@@ -110,7 +124,7 @@ class Topology:
 
     def _env(self, index: int) -> dict[str, str]:
         env = {**self._base_env(), **SERVER_ENV}
-        env["SCHEDLOCK_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{self.proxies[index].port}/postgres"
+        env["SCHEDLOCK_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{self.proxies[index].port}/{self.dbname}"
         if index == 1:
             # Every clock of the process (monotonic ones too: faking only the wall clock made libuv and asyncpg mix
             # two clocks, tests/test_replicas.py), from a file re-read every second.
