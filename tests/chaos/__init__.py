@@ -8,6 +8,6 @@ breaks things on a seeded schedule (nemesis.py). Every operation is recorded wit
 (history.py); once the faults heal, the campaign probes every name and reads the table and the run history, and the
 checker (checker.py, grants.py: pure functions) decides.
 
-Modules: ``campaign`` (one run, start to verdict), ``topology`` (cluster, proxies, servers), ``planted`` (a server
-with a bug planted, for the checker to catch), ``__main__`` (the command).
+Modules: ``campaign`` (one run, start to verdict), ``topology`` (cluster, proxies, servers; ``pgbouncer`` for
+``--pgbouncer``), ``planted`` (a server with a bug planted, for the checker to catch), ``__main__`` (the command).
 """

@@ -29,7 +29,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", type=int, default=2, help="HTTP client processes (default 2)")
     p.add_argument("--workers", type=int, default=3, help="workers per client process (default 3)")
     p.add_argument("--java", type=int, default=2, help="Java ShedLock nodes (default 2)")
-    p.add_argument("--names", type=int, default=3, help="plain lock names (default 3; two slot names besides)")
+    p.add_argument(
+        "--names",
+        type=int,
+        default=3,
+        help="plain lock names, the last one chaos.锁 (default 3; two slot names besides)",
+    )
     p.add_argument(
         "--faults",
         default=",".join(DEFAULT_FAULTS),
