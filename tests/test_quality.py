@@ -1,6 +1,7 @@
 """Strict tooling is part of the suite: ruff (lint and format), mypy --strict and the import contracts of app/
 (import-linter, ``[tool.importlinter]`` in pyproject.toml) must be clean, and the tests keep their layout: helpers
-in tests/support/, fixtures in conftest.py files, no test module importing another or a conftest."""
+in tests/support/ (and the fault campaign's harness, tests/chaos/), fixtures in conftest.py files, no test module
+importing another or a conftest."""
 
 from __future__ import annotations
 
@@ -55,12 +56,17 @@ def imported(module: str, source: str) -> Iterator[tuple[int, str]]:
             yield from ((node.lineno, f"{base}.{alias.name}") for alias in node.names)
 
 
+#: Packages of tests/ that test modules may import: the helpers, and the fault campaign (``python -m tests.chaos``).
+HELPER_PACKAGES = ("tests.support", "tests.chaos")
+
+
 def layout_violations(module: str, source: str) -> list[str]:
-    """The imports of ``module`` (a dotted name under tests) that reach into tests/ outside tests/support/: another
+    """The imports of ``module`` (a dotted name under tests) that reach into tests/ outside HELPER_PACKAGES: another
     test module, a conftest, or any other helper kept beside the tests."""
     found: dict[int, str] = {}
     for line, name in imported(module, source):
-        if name.startswith("tests.") and not (name == "tests.support" or name.startswith("tests.support.")):
+        helper = any(name == p or name.startswith(f"{p}.") for p in HELPER_PACKAGES)
+        if name.startswith("tests.") and not helper:
             found.setdefault(line, name)  # of `from a import b`, a: it comes first
     return [f"{module}:{line} imports {name}" for line, name in sorted(found.items())]
 
@@ -95,3 +101,8 @@ def test_the_layout_check_sees_an_import_of_a_test_module_or_conftest(module: st
 def test_the_layout_check_lets_helpers_from_tests_support_through() -> None:
     source = "from tests.support.api import acquire\nfrom tests import support\nfrom .support import apps\n"
     assert layout_violations("tests.test_slots", source) == []
+
+
+def test_the_layout_check_lets_the_fault_campaign_through() -> None:
+    source = "from tests.chaos.checker import check\nfrom tests import chaos\nimport tests.chaos.campaign\n"
+    assert layout_violations("tests.test_chaos", source) == []
