@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
         "--pgbouncer",
         action="store_true",
         help="the last server reaches Postgres through PgBouncer (transaction pooling), with "
-        "SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0 (opt-in: that setting is not in this release yet)",
+        "SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0",
     )
     p.add_argument(
         "--standby",
