@@ -80,18 +80,21 @@ async def test_under_backpressure_arrivals_go_together_and_a_name_only_once() ->
     assert (batches.batches, batches.batched) == (2, 5)
 
 
-async def test_with_a_connection_free_nobody_waits_for_a_slow_statement() -> None:
-    # Defect 6: while one statement is slow, new callers used to wait the full bound. With the pool not busy, each
-    # runs its own statement at once, side by side with the slow one.
+async def test_a_slow_statement_holds_back_no_one_past_overdue_from_its_start() -> None:
+    # Defect 6: while one statement was slow, every new caller waited the full bound from its own arrival (and a
+    # queued one could pay it twice). Now a statement holds others back for OVERDUE from its start, then nobody.
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[Op, str] = Batches(script.one, script.many)
+    batches: Batches[Op, str] = Batches(script.one, script.many, overdue=0.05)
     (slow,) = submit(batches, "a")
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.03)
     start = time.monotonic()
-    assert await asyncio.gather(*submit(batches, "b", "c")) == ["b!", "c!"]
-    assert time.monotonic() - start < 0.04  # not the 50 ms bound: nothing waited
-    assert script.statements == [["a"], ["b"], ["c"]]
+    assert await asyncio.gather(*submit(batches, "b", "c")) == ["b!!", "c!!"]
+    assert time.monotonic() - start < 0.04  # the rest of a's 50 ms, not 50 ms of their own
+    start = time.monotonic()
+    assert await batches.submit(Op("d")) == "d!"  # later: a holds nobody back any more
+    assert time.monotonic() - start < 0.02
+    assert script.statements == [["a"], ["b", "c"], ["d"]]
     script.gate.set_result(None)
     assert await slow == "a!"
 
@@ -99,7 +102,7 @@ async def test_with_a_connection_free_nobody_waits_for_a_slow_statement() -> Non
 async def test_a_name_in_flight_never_joins_another_statement_even_when_overdue() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()  # the first statement does not answer
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy, overdue=0.05)
+    batches: Batches[Op, str] = Batches(script.one, script.many, overdue=0.05)
     (stuck,) = submit(batches, "a")
     await asyncio.sleep(0)
     same, other = submit(batches, "a#2", "b")
@@ -217,10 +220,23 @@ async def test_idle_means_nothing_waits() -> None:
     assert script.statements == [["a"], ["b"], ["c"]]
 
 
+async def test_while_every_connection_is_lent_arrivals_wait_for_a_statement_to_finish() -> None:
+    script = Script()
+    script.gate = asyncio.get_running_loop().create_future()
+    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy, overdue=0.01)
+    (first,) = submit(batches, "a")
+    await asyncio.sleep(0.05)  # a is no longer young, but the pool has no connection for another statement
+    rest = submit(batches, "b", "c")
+    await asyncio.sleep(0.05)
+    assert script.statements == [["a"]]
+    script.gate.set_result(None)
+    assert await asyncio.gather(first, *rest) == ["a!", "b!!", "c!!"]
+
+
 async def test_waiting_is_bounded_behind_a_stuck_statement() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()  # the first statement never answers
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy, overdue=0.05)
+    batches: Batches[Op, str] = Batches(script.one, script.many, overdue=0.05)
     (stuck,) = submit(batches, "a")
     await asyncio.sleep(0)
     waiting = submit(batches, "b", "c")

@@ -1,16 +1,18 @@
-"""Coalescing of one kind of statement across names, under backpressure only: a caller runs its own statement at
-once while the pool has a connection for it; only when every connection is busy do the operations that arrive wait,
-and go together as one statement over arrays as soon as one of this kind's statements is done: one round trip, one
-transaction, one WAL flush for many locks (group commit, as databases do when the log is busy).
-docs/performance.md, "Coalescing".
+"""Coalescing of one kind of statement across names: while a statement of the kind is in flight, the operations that
+arrive wait, and go together as one statement over arrays when it is done: one round trip, one transaction, one
+WAL flush for many locks (group commit, as databases do while the log is busy). docs/performance.md, "Coalescing".
 
+- A caller that finds no statement of its kind in flight runs its own at once: at low load nothing waits.
+- A statement in flight for OVERDUE no longer holds anyone back (a stuck database, a lost connection): what waits
+  goes at once, side by side, and later callers do not wait for it at all. So no caller waits more than OVERDUE
+  after the statement it queued behind started, however slow that statement is. While every connection of the pool
+  is lent, what arrives waits for one of this kind's statements to finish: it would only queue for a connection.
 - A name is never in two statements at once: an operation on a name in a statement in flight waits for it, so it
   is decided after it, exactly as if it had come after it.
 - A batched statement never waits on a row lock: an operation whose row another transaction has locked comes back
   ``BUSY`` and its caller runs its own statement, waiting for that row alone.
 - A batch whose statement fails falls back to one statement per operation, side by side, unless ``shared`` says the
   failure is everyone's (the database unavailable: their own statements would wait out the same timeouts again).
-- Waiting is bounded: an operation that waited OVERDUE for a statement of its kind to finish goes anyway.
 - A caller that goes away before its statement is sent is left out; one that goes away while it runs is handed to
   ``orphaned`` with its result (the store releases a lease granted to nobody).
 """
@@ -23,8 +25,8 @@ from typing import Final, Generic, Protocol, TypeVar
 
 #: Operations per statement, at most: a batch of this many takes a few milliseconds; more would only wait longer.
 LIMIT = 64
-#: Seconds an operation waits for a statement of its kind before it goes in one of its own. A statement takes
-#: milliseconds; one that takes this long is stuck, or the machine is saturated.
+#: Seconds a statement in flight holds back the operations that arrive. A statement takes milliseconds; one that
+#: takes this long is stuck, or the machine is saturated.
 OVERDUE = 0.05
 
 
@@ -61,9 +63,9 @@ def _keep(_op: object, _result: object) -> None:
 
 class Batches(Generic[Op, R]):
     """``submit(op)``: ``one(op)`` runs the single statement; ``many([op, ...])`` the batched one, returning a result
-    (or BUSY) per operation in the same order. ``busy()`` says whether every pool connection is taken (then callers
-    wait to go together); ``shared(error)``, for a batch that failed, a copy of the error for each caller if it is
-    everyone's, else None; ``orphaned(op, result)`` is told of a result whose caller went away."""
+    (or BUSY) per operation in the same order. ``busy()`` says whether every pool connection is lent (then callers
+    wait for a statement of this kind to finish); ``shared(error)``, for a batch that failed, a copy of the error for
+    each caller if it is everyone's, else None; ``orphaned(op, result)`` is told of a result whose caller went away."""
 
     def __init__(
         self,
@@ -79,8 +81,8 @@ class Batches(Generic[Op, R]):
         self._one, self._many, self._busy, self._shared, self._orphaned = one, many, busy, shared, orphaned
         self._limit, self._overdue = limit, overdue
         self._in_flight = 0
+        self._young = 0  # statements in flight for less than OVERDUE: they hold back what arrives
         self._names: set[str] = set()  # names in a statement in flight
-        self._timer: asyncio.TimerHandle | None = None
         self._pending: list[tuple[Op, asyncio.Future[R]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         #: Statements run, and operations they carried (batched ones only), what the tests look at.
@@ -88,33 +90,49 @@ class Batches(Generic[Op, R]):
         self.batched = 0
 
     async def submit(self, op: Op) -> R:
-        if not self._pending and op.name not in self._names and (self._in_flight == 0 or not self._busy()):
+        if not self._pending and op.name not in self._names and not self._held_back():
             return await self._own(op)
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[R] = loop.create_future()
+        waiter: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._pending.append((op, waiter))
-        if self._timer is None:
-            self._timer = loop.call_later(self._overdue, self._on_overdue)
         return await waiter
+
+    def _held_back(self) -> bool:
+        """Whether what arrives now waits: a statement of this kind is young, or every connection is lent."""
+        return self._young > 0 or (self._in_flight > 0 and self._busy())
 
     async def _own(self, op: Op) -> R:
         """The caller's own statement, run in its own task."""
-        self._in_flight += 1
-        self._names.add(op.name)
+        end = self._begin({op.name})
         try:
             return await self._one(op)
         finally:
+            end()
+            self._dispatch()
+
+    def _begin(self, names: set[str]) -> Callable[[], None]:
+        """Count a statement in flight (young until OVERDUE); the function returned ends it."""
+        self._in_flight += 1
+        self._young += 1
+        self._names |= names
+        aged = asyncio.get_running_loop().call_later(self._overdue, self._aged)
+
+        def end() -> None:
             self._in_flight -= 1
-            self._names.discard(op.name)
-            self._dispatch(force=False)
+            self._names -= names
+            if not aged.cancelled():
+                aged.cancel()
+                self._young -= 1
 
-    def _on_overdue(self) -> None:
-        self._timer = None
-        self._dispatch(force=True)
+        return end
 
-    def _dispatch(self, *, force: bool) -> None:
-        """Send what waits as one statement if a connection is free (or it waited long enough); else stand by."""
-        if not self._pending or (not force and self._in_flight > 0 and self._busy()):
+    def _aged(self) -> None:
+        """A statement has been in flight for OVERDUE: it holds nobody back any more."""
+        self._young -= 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Send what waits as one statement, unless a young statement or a full pool holds it back."""
+        if not self._pending or self._held_back():
             return
         batch: list[tuple[Op, asyncio.Future[R]]] = []
         later: list[tuple[Op, asyncio.Future[R]]] = []
@@ -128,26 +146,18 @@ class Batches(Generic[Op, R]):
                 names.add(op.name)
                 batch.append((op, waiter))
         self._pending = later
-        loop = asyncio.get_running_loop()
-        if self._timer is not None and not later:  # nobody waits any more: the clock starts with the next one
-            self._timer.cancel()
-            self._timer = None
-        elif later and self._timer is None:  # left for a later statement: bounded like the rest
-            self._timer = loop.call_later(self._overdue, self._on_overdue)
         if batch:
             self._start(self._run(batch), names)
 
     def _start(self, work: Awaitable[None], names: set[str]) -> None:
-        self._in_flight += 1
-        self._names |= names
+        end = self._begin(names)
 
         async def run() -> None:
             try:
                 await work
             finally:
-                self._in_flight -= 1
-                self._names -= names
-            self._dispatch(force=False)
+                end()
+            self._dispatch()
 
         task = asyncio.get_running_loop().create_task(run())
         self._tasks.add(task)
