@@ -17,7 +17,7 @@ from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
 from app.api.middleware.origin import OriginGuard
-from app.api.routes import admin, docs, health, locks, runs, ui
+from app.api.routes import admin, docs, health, jobs, locks, runs, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
@@ -29,6 +29,8 @@ from app.history.chores import history_chores
 from app.history.retention import Pruner
 from app.history.runs import History
 from app.history.skips import SkipCounter
+from app.jobs.status import Jobs
+from app.jobs.store import JobStore
 from app.locking.store import LockStore
 from app.ops.metrics import Metrics
 from app.settings import Settings
@@ -95,6 +97,8 @@ def create_app(
             else None
         )
         app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
+        job_store = JobStore(statements, settings.table_name, settings.table_schema)
+        app.state.jobs = Jobs(job_store, settings.slot_early_grace, settings.history_retention)
         metrics.watch(pool, store)
         await _warn_if_not_migrated(app, settings)
         if freeze_gc:
@@ -121,6 +125,7 @@ def create_app(
         openapi_tags=[
             {"name": "locks", "description": "Acquire, release, extend and inspect named locks."},
             {"name": "history", "description": "Runs, skipped attempts, and force-release (docs/history.md)."},
+            {"name": "jobs", "description": "Expected schedules: missed, late and failed runs (docs/jobs.md)."},
             {"name": "health", "description": "Probes for orchestrators."},
             {"name": "observability", "description": "Prometheus metrics."},
         ],
@@ -135,6 +140,7 @@ def create_app(
     app.include_router(locks.router)
     app.include_router(runs.router)
     app.include_router(admin.router)
+    app.include_router(jobs.router)
     app.include_router(health.router)
     app.include_router(metrics_route.router)
     app.include_router(docs.router)
