@@ -16,9 +16,11 @@ from app.settings import Settings
 from tests.support.api import acquire, ts
 from tests.support.apps import in_process
 from tests.support.java import JavaNode
+from tests.support.openapi import check
 from tests.support.tokens import Token, with_tokens
 
-pytestmark = pytest.mark.system  # real ticks: the suite waits for the database's clock to pass them
+#: Tests that wait for real ticks (the database's clock passing them) are system tests; the rest are fast.
+waits = pytest.mark.system
 
 STEP = 3  # seconds between ticks of the schedules below (PT3S); a tick's window is [tick - 1 s, next - 1 s)
 EARLY = 1.0
@@ -75,6 +77,7 @@ async def cycle(client: httpx.AsyncClient, name: str, **release: Any) -> dict[st
     return lease
 
 
+@waits
 async def test_every_tick_state_from_runs_through_the_api_and_a_java_node(
     client: httpx.AsyncClient, name: str, java: JavaNode
 ) -> None:
@@ -133,6 +136,7 @@ async def test_every_tick_state_from_runs_through_the_api_and_a_java_node(
     assert (await get(client, name))["state"] in ("up", "late")  # the running tick, or a newer one waiting
 
 
+@waits
 async def test_up_late_down_and_missed(client: httpx.AsyncClient, name: str) -> None:
     job = await put(client, name, grace="2s")
     for _ in range(5):  # the run's tick must still be the latest when read back
@@ -156,6 +160,7 @@ async def test_up_late_down_and_missed(client: httpx.AsyncClient, name: str) -> 
     assert (await client.get("/v1/jobs", params={"prefix": name, "state": "up"})).json()["items"] == []
 
 
+@waits
 async def test_a_paused_job_raises_nothing_and_resumes_from_now(client: httpx.AsyncClient, name: str) -> None:
     await put(client, name, grace="0s")
     tick = await next_tick(client, name)
@@ -173,6 +178,7 @@ async def test_a_paused_job_raises_nothing_and_resumes_from_now(client: httpx.As
     assert again["updated_at"] == r.json()["updated_at"] and again["expected_since"] == r.json()["expected_since"]
 
 
+@waits
 async def test_slotted_runs_failed_then_completed(client: httpx.AsyncClient, name: str) -> None:
     await put(client, name)
     tick = await next_tick(client, name)
@@ -239,6 +245,7 @@ async def test_bad_jobs_are_422_naming_the_field(
     assert (await client.get(f"/v1/jobs/{name}")).status_code == 404
 
 
+@waits
 async def test_pages_of_jobs_and_ticks(client: httpx.AsyncClient, name: str) -> None:
     names = [f"{name}.{i}" for i in range(5)]
     for n in names:
@@ -246,7 +253,9 @@ async def test_pages_of_jobs_and_ticks(client: httpx.AsyncClient, name: str) -> 
     seen: list[str] = []
     cursor: str | None = None
     while True:
-        params: dict[str, str | int] = {"prefix": name, "limit": 2} | ({"cursor": cursor} if cursor else {})
+        params: dict[str, str | int] = {"prefix": name, "limit": 2}
+        if cursor:
+            params["cursor"] = cursor
         r = await client.get("/v1/jobs", params=params)
         seen += [j["name"] for j in r.json()["items"]]
         cursor = r.json()["next_cursor"]
@@ -295,3 +304,17 @@ async def test_tokens_see_and_write_only_their_prefixes(settings: Settings, name
         listed = (await client.get("/v1/jobs", params={"prefix": f"jobs.{name}"}, headers=reader.headers)).json()
         assert [j["name"] for j in listed["items"]] == [ours]
         assert (await client.get("/v1/jobs")).status_code == 401
+
+
+async def test_real_answers_fit_the_document(client: httpx.AsyncClient, name: str) -> None:
+    one, ticks_path = "/v1/jobs/{name}", "/v1/jobs/{name}/ticks"
+    check(await client.put(f"/v1/jobs/{name}", json={"schedule": "PT1S", "grace": "0s"}), one, "put")
+    await cycle(client, name)
+    check(await client.get(f"/v1/jobs/{name}"), one)
+    check(await client.get("/v1/jobs", params={"prefix": name}), "/v1/jobs")
+    check(await client.get(f"/v1/jobs/{name}/ticks"), ticks_path)
+    check(await client.post(f"/v1/jobs/{name}/pause"), "/v1/jobs/{name}/pause", "post")
+    check(await client.post(f"/v1/jobs/{name}/resume"), "/v1/jobs/{name}/resume", "post")
+    check(await client.put(f"/v1/jobs/{name}", json={"schedule": "nope"}), one, "put")  # 422
+    check(await client.get(f"/v1/jobs/{name}-never"), one)  # 404
+    check(await client.get(f"/v1/jobs/{name}-never/ticks"), ticks_path)  # 404

@@ -48,7 +48,7 @@ JOB = {
     "updated_at": "2026-11-20T10:00:00.000Z",
     "db_time": DB_TIME,
 }
-JOB_LIST = {"items": [JOB], "next_cursor": None, "db_time": DB_TIME}
+JOB_LIST = {"items": [JOB], "next_cursor": "am9iOm5pZ2h0bHktYmlsbGluZw", "db_time": DB_TIME}
 TICKS = {"name": doc.NAME, "items": [_TICK, _MISSED], "next_cursor": "dGljazoxNzk0NzEyNDAwMDAwMDAw", "db_time": DB_TIME}
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
