@@ -99,7 +99,7 @@ def create_app(
         app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
         job_store = JobStore(statements, settings.table_name, settings.table_schema)
         app.state.jobs = Jobs(job_store, settings.slot_early_grace, settings.history_retention)
-        metrics.watch(pool, store)
+        metrics.watch(pool, store, app.state.jobs)
         await _warn_if_not_migrated(app, settings)
         if freeze_gc:
             gc.collect()
