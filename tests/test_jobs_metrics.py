@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -22,7 +23,7 @@ STATES = ("up", "late", "down", "paused", "new")
 
 
 def state_of(samples: Samples, job: str) -> list[str]:
-    return [s for s in STATES if value(samples, "schedlock_job_state", job=job, state=s) == 1]
+    return [s for s in STATES if value(samples, "schedlock_job_state", job_name=job, state=s) == 1]
 
 
 async def scrape_until(client: httpx.AsyncClient, job: str, state: str) -> Samples:
@@ -46,27 +47,33 @@ async def test_up_down_paused_and_gone(database_url: str, schema: str) -> None:
         await client.put(f"/v1/jobs/{other}", json={"schedule": "0 3 * * 0"})
         r = await client.put(f"/v1/jobs/{job}", json={"schedule": "PT2S", "grace": "1s"})
         first = await scrape(client)  # where tick counting starts
-        assert state_of(first, other) == ["new"] and value(first, "schedlock_job_up", job=other) == 1
+        assert state_of(first, other) == ["new"] and value(first, "schedlock_job_up", job_name=other) == 1
         await _wait_until(client, job, ts(r.json()["next_tick"]))
         lease: dict[str, Any] = (await acquire(client, job, "1m")).json()
         released = (await release(client, job, lease["token"])).json()
         samples = await scrape(client)
-        stamp = value(samples, "schedlock_job_last_completed_timestamp_seconds", job=job)
+        stamp = value(samples, "schedlock_job_last_completed_timestamp_seconds", job_name=job)
         assert abs(stamp - ts(released["db_time"]).timestamp()) < 0.01
         # Every caller stops: the next tick is missed, the job down, and the tick counted once.
         samples = await scrape_until(client, job, "down")
-        assert value(samples, "schedlock_job_up", job=job) == 0
-        assert value(samples, "schedlock_job_ticks_total", job=job, state="missed") >= 1
-        assert value(samples, "schedlock_job_ticks_total", job=job, state="completed") == 1
+        assert value(samples, "schedlock_job_up", job_name=job) == 0
+        assert value(samples, "schedlock_job_ticks_total", job_name=job, state="missed") >= 1
+        assert value(samples, "schedlock_job_ticks_total", job_name=job, state="completed") == 1
         assert state_of(samples, other) == ["new"]
         # Paused, it raises nothing.
         await client.post(f"/v1/jobs/{job}/pause")
         samples = await scrape_until(client, job, "paused")
-        assert value(samples, "schedlock_job_up", job=job) == 1
+        assert value(samples, "schedlock_job_up", job_name=job) == 1
+        missed = value(samples, "schedlock_job_ticks_total", job_name=job, state="missed")
+        db_time = ts((await client.get(f"/v1/jobs/{job}")).json()["db_time"])
+        await _wait_until(client, job, db_time + timedelta(seconds=4.5))  # two ticks nobody runs
+        samples = await scrape(client)
+        assert value(samples, "schedlock_job_ticks_total", job_name=job, state="missed") == missed
+        assert state_of(samples, job) == ["paused"]
         # Unregistered, its series go.
         await client.delete(f"/v1/jobs/{job}")
         samples = await scrape(client)
-        assert not [key for key in samples if dict(key[1]).get("job") == job]
+        assert not [key for key in samples if dict(key[1]).get("job_name") == job]
         assert state_of(samples, other) == ["new"]
 
 

@@ -6,10 +6,11 @@ from the route and the response status; database statements are timed through th
 (``Metrics.observe_db``). What needs the database (the number of held locks) is computed when Prometheus
 scrapes, at most once per ``held_locks_max_age`` seconds, never on a request's path.
 
-The jobs' metrics (docs/jobs.md) are the one exception to "no lock name in a label": they carry ``job``, the name of
-a registered job. That set is bounded by what write tokens register on purpose, not by what clients invent. They are
-computed on scrape too, with the same cache: every job's state, from one page of jobs and one statement for their
-runs. ``schedlock_job_ticks_total`` counts the ticks this process saw decided, from its first scrape on.
+The jobs' metrics (docs/jobs.md) are the one exception to "no lock name in a label": they carry ``job_name``, the
+name of a registered job (not ``job``: Prometheus sets that label on every series it scrapes, and would rename
+ours ``exported_job``). That set is bounded by what write tokens register on purpose, not by what clients
+invent. They are computed on scrape too, with the same cache: every job's state, from one page of jobs and one
+statement for their runs. ``schedlock_job_ticks_total`` counts the ticks this process saw decided, from its first scrape on.
 """
 
 from __future__ import annotations
@@ -189,6 +190,9 @@ class Metrics:
             counted = self._ticks_counted.get(name)
             for state in DECIDED_STATES:
                 self.job_ticks.setdefault((name, state), 0)
+            if status.state == "paused":  # raises nothing: its ticks are not counted, now or once resumed
+                self._ticks_counted[name] = max([t.at for t in status.ticks] or [counted or datetime.min])
+                continue
             if counted is not None:
                 for tick in decided:
                     if tick.at > counted:
@@ -245,23 +249,23 @@ class _StateCollector:
 
 def _job_families(statuses: list[JobStatus], ticks: dict[tuple[str, str], int]) -> Iterator[Metric]:
     up = GaugeMetricFamily(
-        "schedlock_job_up", "1 unless the job is down (docs/jobs.md); paused jobs are 1.", labels=["job"]
+        "schedlock_job_up", "1 unless the job is down (docs/jobs.md); paused jobs are 1.", labels=["job_name"]
     )
     state = GaugeMetricFamily(
         "schedlock_job_state",
         "1 for the job's state (up, late, down, paused, new), 0 for the others.",
-        labels=["job", "state"],
+        labels=["job_name", "state"],
     )
     completed = GaugeMetricFamily(
         "schedlock_job_last_completed_timestamp_seconds",
         "When the job's last completed run ended (Unix time, database clock); absent before its first.",
-        labels=["job"],
+        labels=["job_name"],
     )
     counted = CounterMetricFamily(
         "schedlock_job_ticks",
         "Ticks this process saw decided, by state (completed, failed, timed_out, missed), since it started. The same "
         "on every replica: aggregate with max(), not sum().",
-        labels=["job", "state"],
+        labels=["job_name", "state"],
     )
     for status in statuses:
         name = status.job.name
