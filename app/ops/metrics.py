@@ -10,7 +10,8 @@ The jobs' metrics (docs/jobs.md) are the one exception to "no lock name in a lab
 name of a registered job (not ``job``: Prometheus sets that label on every series it scrapes, and would rename
 ours ``exported_job``). That set is bounded by what write tokens register on purpose, not by what clients
 invent. They are computed on scrape too, with the same cache: every job's state, from one page of jobs and one
-statement for their runs. ``schedlock_job_ticks_total`` counts the ticks this process saw decided, from its first scrape on.
+statement for their runs. ``schedlock_job_ticks_total`` counts the ticks this process saw decided, from its first
+scrape on.
 """
 
 from __future__ import annotations
