@@ -52,6 +52,11 @@ class TickView(BaseModel):
     skipped: int = Field(description="Acquire attempts those runs made skip (409 lock_held).")
 
 
+class TickBrief(BaseModel):
+    tick: UtcTime
+    state: TickState
+
+
 class JobView(BaseModel):
     name: str
     schedule: str
@@ -61,6 +66,7 @@ class JobView(BaseModel):
     paused: bool
     state: JobState = Field(description="docs/jobs.md, 'Job states'.")
     last_tick: TickView | None = Field(default=None, description="The latest due tick; null while the job is new.")
+    recent: list[TickBrief] = Field(description="The latest due ticks, oldest first (at most 12).")
     next_tick: UtcTime | None = Field(default=None, description="The next tick after now.")
     last_completed_at: UtcTime | None = Field(default=None, description="When its last completed run ended.")
     expected_since: UtcTime = Field(description="Ticks before this are not expected (registered, changed, resumed).")

@@ -41,6 +41,7 @@ JOB = {
     "paused": False,
     "state": "up",
     "last_tick": _TICK,
+    "recent": [{"tick": "2026-11-28T02:00:00.000Z", "state": "missed"}, {"tick": _TICK["tick"], "state": "completed"}],
     "next_tick": "2026-11-30T02:00:00.000Z",
     "last_completed_at": "2026-11-29T02:02:41.317Z",
     "expected_since": "2026-11-20T10:00:00.000Z",

@@ -692,6 +692,11 @@ export interface components {
             /** @description The latest due tick; null while the job is new. */
             last_tick?: components["schemas"]["TickView"] | null;
             /**
+             * Recent
+             * @description The latest due ticks, oldest first (at most 12).
+             */
+            recent: components["schemas"]["TickBrief"][];
+            /**
              * Next Tick
              * @description The next tick after now.
              */
@@ -1199,6 +1204,21 @@ export interface components {
          */
         StorageUnavailableError: {
             error: components["schemas"]["StorageUnavailableDetail"];
+        };
+        /** TickBrief */
+        TickBrief: {
+            /**
+             * Tick
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            tick: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "completed" | "failed" | "timed_out" | "missed" | "running" | "pending";
         };
         /** TickList */
         TickList: {
@@ -2816,6 +2836,16 @@ export interface operations {
                      *             "runs": 1,
                      *             "skipped": 4
                      *           },
+                     *           "recent": [
+                     *             {
+                     *               "tick": "2026-11-28T02:00:00.000Z",
+                     *               "state": "missed"
+                     *             },
+                     *             {
+                     *               "tick": "2026-11-29T02:00:00.000Z",
+                     *               "state": "completed"
+                     *             }
+                     *           ],
                      *           "next_tick": "2026-11-30T02:00:00.000Z",
                      *           "last_completed_at": "2026-11-29T02:02:41.317Z",
                      *           "expected_since": "2026-11-20T10:00:00.000Z",
@@ -2948,6 +2978,16 @@ export interface operations {
                      *         "runs": 1,
                      *         "skipped": 4
                      *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
                      *       "next_tick": "2026-11-30T02:00:00.000Z",
                      *       "last_completed_at": "2026-11-29T02:02:41.317Z",
                      *       "expected_since": "2026-11-20T10:00:00.000Z",
@@ -3124,6 +3164,16 @@ export interface operations {
                      *         "runs": 1,
                      *         "skipped": 4
                      *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
                      *       "next_tick": "2026-11-30T02:00:00.000Z",
                      *       "last_completed_at": "2026-11-29T02:02:41.317Z",
                      *       "expected_since": "2026-11-20T10:00:00.000Z",
@@ -3453,6 +3503,16 @@ export interface operations {
                      *         "runs": 1,
                      *         "skipped": 4
                      *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
                      *       "next_tick": "2026-11-30T02:00:00.000Z",
                      *       "last_completed_at": "2026-11-29T02:02:41.317Z",
                      *       "expected_since": "2026-11-20T10:00:00.000Z",
@@ -3657,6 +3717,16 @@ export interface operations {
                      *         "runs": 1,
                      *         "skipped": 4
                      *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
                      *       "next_tick": "2026-11-30T02:00:00.000Z",
                      *       "last_completed_at": "2026-11-29T02:02:41.317Z",
                      *       "expected_since": "2026-11-20T10:00:00.000Z",

@@ -22,14 +22,14 @@ from app.api import openapi_jobs as examples
 from app.api.bodies import JsonBodyRoute
 from app.api.deps import PrincipalDep, SettingsDep
 from app.api.models_history import QueryTime
-from app.api.models_jobs import JobList, JobRequest, JobState, JobView, TickList, TickView
+from app.api.models_jobs import JobList, JobRequest, JobState, JobView, TickBrief, TickList, TickView
 from app.api.routes import V1
 from app.api.routes.locks import LockName
 from app.api.routes.runs import json_response, run_view
 from app.errors import InvalidRequest, JobNotFound
 from app.jobs.model import DEFAULT_GRACE, expected, parse_grace
 from app.jobs.status import Jobs, JobStatus
-from app.jobs.ticks import Tick
+from app.jobs.ticks import RECENT, Tick
 from app.locking.durations import format_duration
 from app.locking.names import NAME_MAX
 from app.schedules.cron import DEFAULT_TIMEZONE
@@ -74,6 +74,7 @@ def job_view(status: JobStatus) -> JobView:
         paused=job.paused,
         state=status.state,  # type: ignore[arg-type]  # one of JOB_STATES
         last_tick=tick_view(status.ticks[-1], status.db_time) if status.ticks else None,
+        recent=[TickBrief(tick=t.at, state=t.state) for t in status.ticks[-RECENT:]],  # type: ignore[arg-type]
         next_tick=status.next_tick,
         last_completed_at=status.last_completed_at,
         expected_since=job.expected_since,
