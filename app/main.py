@@ -29,8 +29,10 @@ from app.history.chores import history_chores
 from app.history.retention import Pruner
 from app.history.runs import History
 from app.history.skips import SkipCounter
+from app.jobs.events import Events
 from app.jobs.status import Jobs
 from app.jobs.store import JobStore
+from app.jobs.webhooks import Notifier, job_chores
 from app.locking.store import LockStore
 from app.ops.metrics import Metrics
 from app.settings import Settings
@@ -99,6 +101,19 @@ def create_app(
         app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
         job_store = JobStore(statements, settings.table_name, settings.table_schema)
         app.state.jobs = Jobs(job_store, settings.slot_early_grace, settings.history_retention)
+        secret = settings.jobs_webhook_secret
+        notifier = (
+            Notifier(
+                app.state.jobs,
+                Events(statements, settings.table_name, settings.table_schema),
+                settings.jobs_webhook_urls,
+                secret.get_secret_value().encode() if secret else b"",
+                settings.jobs_webhook_attempts,
+            )
+            if settings.jobs_webhook_urls
+            else None
+        )
+        app.state.notifier = notifier
         metrics.watch(pool, store, app.state.jobs)
         await _warn_if_not_migrated(app, settings)
         if freeze_gc:
@@ -108,7 +123,7 @@ def create_app(
             statements, skips, pruner, settings.history_flush_interval, settings.history_prune_interval.total_seconds()
         )
         try:
-            async with authenticator.reloading(), chores:
+            async with authenticator.reloading(), chores, job_chores(notifier, settings.jobs_check_interval):
                 yield
         finally:
             await close_pool(pool, settings.db_connect_timeout)

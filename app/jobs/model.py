@@ -105,6 +105,8 @@ class Job:
     created_at: datetime
     updated_at: datetime
     expected_since: datetime
+    #: The state a replica's check last claimed (webhooks, app.jobs.webhooks); None before the first check.
+    notified_state: str | None = None
 
     def expected(self) -> Expected:
         return expected(self.schedule, self.timezone)

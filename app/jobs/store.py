@@ -17,7 +17,7 @@ from app.jobs.model import Job
 from app.jobs.ticks import JobRun
 from app.locking.rows import NOW
 
-_JOB = "name, schedule, timezone, grace, description, paused, created_at, updated_at, expected_since"
+_JOB = "name, schedule, timezone, grace, description, paused, created_at, updated_at, expected_since, notified_state"
 _LAPSED = f"(r.outcome = 'running' AND r.lock_until <= {NOW})"
 
 
@@ -37,7 +37,7 @@ class JobStore:
         expected from now on when the job is new or its schedule or time zone changed (``expected_since``)."""
         sql = f"""
             INSERT INTO {self.jobs_table} AS j ({_JOB})
-            VALUES ($1, $2, $3, $4, $5, COALESCE($6, false), {NOW}, {NOW}, {NOW})
+            VALUES ($1, $2, $3, $4, $5, COALESCE($6, false), {NOW}, {NOW}, {NOW}, NULL)
             ON CONFLICT (name) DO UPDATE SET
               schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, grace = EXCLUDED.grace,
               description = EXCLUDED.description, paused = COALESCE($6, j.paused),
@@ -159,6 +159,7 @@ def _job(row: Any) -> Job:
         row["created_at"],
         row["updated_at"],
         row["expected_since"],
+        row["notified_state"],
     )
 
 

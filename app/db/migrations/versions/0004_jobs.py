@@ -1,5 +1,5 @@
-"""Jobs: lock names with an expected schedule (docs/jobs.md), in a table beside the lock table, and whether a run's
-release said ``completed: false``.
+"""Jobs: lock names with an expected schedule (docs/jobs.md), in a table beside the lock table; their state changes
+waiting for webhook delivery; and whether a run's release said ``completed: false``.
 
 The lock table is not touched: no column, no trigger, no row. The runs table (0002) gains one nullable column,
 ``failed``, which the release route sets when a release says the job failed; a nullable column with no default
@@ -17,7 +17,7 @@ from typing import Any
 
 from alembic import op
 
-from app.db.schema import jobs_table, runs_table
+from app.db.schema import job_events_table, jobs_table, quote_ident, runs_table
 
 revision = "0004"
 down_revision = "0003"
@@ -39,14 +39,40 @@ def upgrade(settings: Any) -> None:
           paused BOOLEAN NOT NULL DEFAULT false,
           created_at TIMESTAMP NOT NULL,
           updated_at TIMESTAMP NOT NULL,
-          expected_since TIMESTAMP NOT NULL
+          expected_since TIMESTAMP NOT NULL,
+          -- the state last claimed by a replica's check: a change from it is one webhook event (docs/jobs.md)
+          notified_state TEXT NULL
         )
         """
+    )
+    # The outbox: one row per state change, written by the statement that claims the change, so exactly one
+    # replica writes it; delivered (and retried) by whichever replica claims the row next.
+    op.execute(
+        f"""
+        CREATE TABLE IF NOT EXISTS {job_events_table(name, schema)} (
+          id BIGSERIAL PRIMARY KEY,
+          name TEXT NOT NULL,
+          url TEXT NOT NULL,
+          state TEXT NOT NULL,
+          previous TEXT NOT NULL,
+          at TIMESTAMP NOT NULL,
+          attempts INTEGER NOT NULL DEFAULT 0,
+          next_attempt_at TIMESTAMP NOT NULL,
+          claimed_until TIMESTAMP NULL,
+          delivered_at TIMESTAMP NULL,
+          last_error TEXT NULL
+        )
+        """
+    )
+    op.execute(
+        f"CREATE INDEX IF NOT EXISTS {quote_ident(f'{name}_job_events_due_idx')} ON {job_events_table(name, schema)} "
+        "(next_attempt_at) WHERE delivered_at IS NULL"
     )
     op.execute(f"ALTER TABLE {runs_table(name, schema)} ADD COLUMN IF NOT EXISTS failed BOOLEAN NULL")
 
 
 def downgrade(settings: Any) -> None:
     name, schema = settings.table_name, settings.table_schema
+    op.execute(f"DROP TABLE IF EXISTS {job_events_table(name, schema)}")
     op.execute(f"DROP TABLE IF EXISTS {jobs_table(name, schema)}")
     op.execute(f"ALTER TABLE {runs_table(name, schema)} DROP COLUMN IF EXISTS failed")
