@@ -17,7 +17,7 @@ from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
 from app.api.middleware.origin import OriginGuard
-from app.api.routes import admin, docs, health, jobs, locks, runs, ui
+from app.api.routes import admin, badges, docs, health, jobs, locks, runs, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
@@ -156,6 +156,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(admin.router)
     app.include_router(jobs.router)
+    app.include_router(badges.router)
     app.include_router(health.router)
     app.include_router(metrics_route.router)
     app.include_router(docs.router)

@@ -318,3 +318,25 @@ async def test_real_answers_fit_the_document(client: httpx.AsyncClient, name: st
     check(await client.put(f"/v1/jobs/{name}", json={"schedule": "nope"}), one, "put")  # 422
     check(await client.get(f"/v1/jobs/{name}-never"), one)  # 404
     check(await client.get(f"/v1/jobs/{name}-never/ticks"), ticks_path)  # 404
+
+
+async def test_badges(settings: Settings, name: str) -> None:
+    reader = Token("badge-reader", prefixes=("badge.",), access="read")
+    async with in_process(with_tokens(settings, reader)) as (_, client):
+        ours, hidden = f"badge.{name}", f"badge.{name}.private"
+        writer = {"Authorization": "Bearer " + reader.secret}
+        async with in_process(settings) as (_, open_client):  # the same table, no tokens: register them
+            await open_client.put(f"/v1/jobs/{ours}", json={"schedule": "@daily", "public": True})
+            await open_client.put(f"/v1/jobs/{hidden}", json={"schedule": "@daily"})
+            assert (await open_client.get(f"/v1/jobs/{ours}")).json()["public"] is True
+        r = await client.get(f"/v1/jobs/{ours}/badge.svg")  # public: no token needed
+        assert r.status_code == 200 and r.headers["content-type"] == "image/svg+xml"
+        assert "<title>" in r.text and f"{ours}: new" in r.text
+        assert (await client.get(f"/v1/jobs/{hidden}/badge.svg")).status_code == 404  # not public: not told apart
+        assert (await client.get(f"/v1/jobs/{name}-never/badge.svg")).status_code == 404
+        r = await client.get(f"/v1/jobs/{hidden}/badge.svg", headers=writer)  # a read token for the name
+        assert r.status_code == 200 and f"{hidden}: new" in r.text
+        assert (await client.get(f"/v1/jobs/other.{name}/badge.svg", headers=writer)).status_code == 403
+        assert (
+            await client.get(f"/v1/jobs/{ours}/badge.svg", headers={"Authorization": "Bearer nope"})
+        ).status_code == 401

@@ -52,7 +52,7 @@ async def test_upgrade_and_downgrade_leave_the_locks_alone(fresh: tuple[Any, Set
     assert "shedlock_jobs" in await tables(conn, settings) and "failed" in await run_columns(conn, settings)
     jobs = f'"{settings.table_schema}".shedlock_jobs'
     await conn.execute(
-        f"INSERT INTO {jobs} VALUES ('held', 'PT1M', 'UTC', '5 minutes', NULL, false, now(), now(), now(), NULL)"
+        f"INSERT INTO {jobs} VALUES ('held', 'PT1M', 'UTC', '5 minutes', NULL, false, now(), now(), now(), false, NULL)"
     )
     await alembic(settings, "upgrade", "head")  # again: nothing changes
     assert await conn.fetchval(f"SELECT count(*) FROM {jobs}") == 1

@@ -38,6 +38,9 @@ class JobRequest(BaseModel):
         default=None, max_length=DESCRIPTION_MAX
     )
     paused: bool | None = Field(default=None, description="Omitted: unchanged (a new job is not paused).")
+    public: bool | None = Field(
+        default=None, description="Its badge (`/badge.svg`) readable without a token. Omitted: unchanged (false)."
+    )
 
 
 class TickView(BaseModel):
@@ -64,6 +67,7 @@ class JobView(BaseModel):
     grace: str = Field(description="ISO-8601, e.g. PT5M.")
     description: str | None = None
     paused: bool
+    public: bool
     state: JobState = Field(description="docs/jobs.md, 'Job states'.")
     last_tick: TickView | None = Field(default=None, description="The latest due tick; null while the job is new.")
     recent: list[TickBrief] = Field(description="The latest due ticks, oldest first (at most 12).")

@@ -39,6 +39,7 @@ JOB = {
     "grace": "PT10M",
     "description": "Invoices for yesterday's usage",
     "paused": False,
+    "public": False,
     "state": "up",
     "last_tick": _TICK,
     "recent": [{"tick": "2026-11-28T02:00:00.000Z", "state": "missed"}, {"tick": _TICK["tick"], "state": "completed"}],

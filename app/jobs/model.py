@@ -105,6 +105,8 @@ class Job:
     created_at: datetime
     updated_at: datetime
     expected_since: datetime
+    #: Its badge is readable without a token.
+    public: bool = False
     #: The state a replica's check last claimed (webhooks, app.jobs.webhooks); None before the first check.
     notified_state: str | None = None
 

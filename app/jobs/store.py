@@ -17,7 +17,10 @@ from app.jobs.model import Job
 from app.jobs.ticks import JobRun
 from app.locking.rows import NOW
 
-_JOB = "name, schedule, timezone, grace, description, paused, created_at, updated_at, expected_since, notified_state"
+_JOB = (
+    "name, schedule, timezone, grace, description, paused, created_at, updated_at, expected_since, public, "
+    "notified_state"
+)
 _LAPSED = f"(r.outcome = 'running' AND r.lock_until <= {NOW})"
 
 
@@ -31,16 +34,23 @@ class JobStore:
         self.skips_table = skips_table(table, schema)
 
     async def put(
-        self, name: str, schedule: str, timezone: str, grace: timedelta, description: str | None, paused: bool | None
+        self,
+        name: str,
+        schedule: str,
+        timezone: str,
+        grace: timedelta,
+        description: str | None,
+        paused: bool | None,
+        public: bool | None = None,
     ) -> tuple[Job, datetime]:
-        """Register ``name``, or update it; ``paused`` None keeps it as it is (not paused when new). Ticks are
-        expected from now on when the job is new or its schedule or time zone changed (``expected_since``)."""
+        """Register ``name``, or update it; ``paused`` and ``public`` None keep them as they are (false when new).
+        Ticks are expected from now on when the job is new or its schedule or time zone changed (``expected_since``)."""
         sql = f"""
             INSERT INTO {self.jobs_table} AS j ({_JOB})
-            VALUES ($1, $2, $3, $4, $5, COALESCE($6, false), {NOW}, {NOW}, {NOW}, NULL)
+            VALUES ($1, $2, $3, $4, $5, COALESCE($6, false), {NOW}, {NOW}, {NOW}, COALESCE($7, false), NULL)
             ON CONFLICT (name) DO UPDATE SET
               schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, grace = EXCLUDED.grace,
-              description = EXCLUDED.description, paused = COALESCE($6, j.paused),
+              description = EXCLUDED.description, paused = COALESCE($6, j.paused), public = COALESCE($7, j.public),
               updated_at = CASE WHEN (j.schedule, j.timezone, j.grace, j.description, j.paused)
                   IS DISTINCT FROM (EXCLUDED.schedule, EXCLUDED.timezone, EXCLUDED.grace, EXCLUDED.description,
                                     COALESCE($6, j.paused))
@@ -50,7 +60,8 @@ class JobStore:
                   OR (j.paused AND NOT COALESCE($6, j.paused))
                 THEN {NOW} ELSE j.expected_since END
             RETURNING {_JOB}, {NOW} AS db_time"""
-        (row,) = await self._statements.fetch("job_write", sql, name, schedule, timezone, grace, description, paused)
+        args = (name, schedule, timezone, grace, description, paused, public)
+        (row,) = await self._statements.fetch("job_write", sql, *args)
         return _job(row), row["db_time"]
 
     async def get(self, name: str) -> tuple[Job | None, datetime]:
@@ -159,6 +170,7 @@ def _job(row: Any) -> Job:
         row["created_at"],
         row["updated_at"],
         row["expected_since"],
+        row["public"],
         row["notified_state"],
     )
 

@@ -289,6 +289,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{name}/badge.svg": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A job's state as an SVG badge
+         * @description up / late / down (or paused, new) as a status badge. With a read token for the name, or without a token for a job marked `public`; otherwise 404 (without a token, a job that is not public is not told apart from one that does not exist).
+         */
+        get: operations["getJobBadge"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -665,6 +685,11 @@ export interface components {
              * @description Omitted: unchanged (a new job is not paused).
              */
             paused?: boolean | null;
+            /**
+             * Public
+             * @description Its badge (`/badge.svg`) readable without a token. Omitted: unchanged (false).
+             */
+            public?: boolean | null;
         };
         /** JobView */
         JobView: {
@@ -683,6 +708,8 @@ export interface components {
             description?: string | null;
             /** Paused */
             paused: boolean;
+            /** Public */
+            public: boolean;
             /**
              * State
              * @description docs/jobs.md, 'Job states'.
@@ -2815,6 +2842,7 @@ export interface operations {
                      *           "grace": "PT10M",
                      *           "description": "Invoices for yesterday's usage",
                      *           "paused": false,
+                     *           "public": false,
                      *           "state": "up",
                      *           "last_tick": {
                      *             "tick": "2026-11-29T02:00:00.000Z",
@@ -2957,6 +2985,7 @@ export interface operations {
                      *       "grace": "PT10M",
                      *       "description": "Invoices for yesterday's usage",
                      *       "paused": false,
+                     *       "public": false,
                      *       "state": "up",
                      *       "last_tick": {
                      *         "tick": "2026-11-29T02:00:00.000Z",
@@ -3143,6 +3172,7 @@ export interface operations {
                      *       "grace": "PT10M",
                      *       "description": "Invoices for yesterday's usage",
                      *       "paused": false,
+                     *       "public": false,
                      *       "state": "up",
                      *       "last_tick": {
                      *         "tick": "2026-11-29T02:00:00.000Z",
@@ -3482,6 +3512,7 @@ export interface operations {
                      *       "grace": "PT10M",
                      *       "description": "Invoices for yesterday's usage",
                      *       "paused": true,
+                     *       "public": false,
                      *       "state": "paused",
                      *       "last_tick": {
                      *         "tick": "2026-11-29T02:00:00.000Z",
@@ -3696,6 +3727,7 @@ export interface operations {
                      *       "grace": "PT10M",
                      *       "description": "Invoices for yesterday's usage",
                      *       "paused": false,
+                     *       "public": false,
                      *       "state": "up",
                      *       "last_tick": {
                      *         "tick": "2026-11-29T02:00:00.000Z",
@@ -3948,6 +3980,134 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["TickList"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    getJobBadge: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The badge. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example <svg xmlns="http://www.w3.org/2000/svg" width="136" height="20" role="img" aria-label="nightly-billing: up"><title>nightly-billing: up</title><rect width="111" height="20" fill="#555"/><rect x="111" width="25" height="20" fill="#2e8540"/><g fill="#fff" text-anchor="middle" font-family="Verdana,DejaVu Sans,sans-serif" font-size="11"><text x="55.5" y="14">nightly-billing</text><text x="123.5" y="14">up</text></g></svg> */
+                    "image/svg+xml": string;
                 };
             };
             /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */

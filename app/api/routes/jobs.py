@@ -41,7 +41,7 @@ router = APIRouter(prefix=JOBS, tags=["jobs"], route_class=JsonBodyRoute)
 class _JobPath(PathConvertor):
     """A job's name, as the lock routes' ``lockread``: never swallows an action (``/ticks``, ``/pause``)."""
 
-    regex = r"(?:(?!/(?:ticks|pause|resume)$)[\s\S])*"
+    regex = r"(?:(?!/(?:ticks|pause|resume|badge\.svg)$)[\s\S])*"
 
 
 register_url_convertor("jobread", _JobPath())
@@ -72,6 +72,7 @@ def job_view(status: JobStatus) -> JobView:
         grace=format_duration(job.grace),
         description=job.description,
         paused=job.paused,
+        public=job.public,
         state=status.state,  # type: ignore[arg-type]  # one of JOB_STATES
         last_tick=tick_view(status.ticks[-1], status.db_time) if status.ticks else None,
         recent=[TickBrief(tick=t.at, state=t.state) for t in status.ticks[-RECENT:]],  # type: ignore[arg-type]
@@ -181,7 +182,9 @@ async def put_job(name: LockName, body: JobRequest, principal: PrincipalDep, req
     schedule = expected(body.schedule, timezone)  # 422 naming schedule or timezone
     grace = parse_grace(body.grace) if body.grace is not None else DEFAULT_GRACE
     jobs = jobs_of(request)
-    job, db_time = await jobs.store.put(name, schedule.expression, timezone, grace, body.description, body.paused)
+    job, db_time = await jobs.store.put(
+        name, schedule.expression, timezone, grace, body.description, body.paused, body.public
+    )
     (status,) = await jobs.statuses([job], db_time)
     return json_response(job_view(status))
 

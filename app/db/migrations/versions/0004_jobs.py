@@ -40,6 +40,8 @@ def upgrade(settings: Any) -> None:
           created_at TIMESTAMP NOT NULL,
           updated_at TIMESTAMP NOT NULL,
           expected_since TIMESTAMP NOT NULL,
+          -- its badge (GET /v1/jobs/{name}/badge.svg) is readable without a token
+          public BOOLEAN NOT NULL DEFAULT false,
           -- the state last claimed by a replica's check: a change from it is one webhook event (docs/jobs.md)
           notified_state TEXT NULL
         )
