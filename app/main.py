@@ -30,6 +30,7 @@ from app.history.retention import Pruner
 from app.history.runs import History
 from app.history.skips import SkipCounter
 from app.jobs.events import Events
+from app.jobs.implicit import Registrar
 from app.jobs.status import Jobs
 from app.jobs.store import JobStore
 from app.jobs.webhooks import Notifier, job_chores
@@ -101,6 +102,7 @@ def create_app(
         app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
         job_store = JobStore(statements, settings.table_name, settings.table_schema)
         app.state.jobs = Jobs(job_store, settings.slot_early_grace, settings.history_retention)
+        app.state.registrar = Registrar(job_store)
         secret = settings.jobs_webhook_secret
         notifier = (
             Notifier(

@@ -340,3 +340,26 @@ async def test_badges(settings: Settings, name: str) -> None:
         assert (
             await client.get(f"/v1/jobs/{ours}/badge.svg", headers={"Authorization": "Bearer nope"})
         ).status_code == 401
+
+
+async def test_an_acquire_with_a_schedule_registers_its_job(client: httpx.AsyncClient, name: str) -> None:
+    lease = (await acquire(client, name, "1m", schedule="@hourly")).json()
+    job = await get(client, name)
+    assert (job["schedule"], job["timezone"], job["grace"], job["state"]) == ("0 * * * *", "UTC", "PT300S", "new")
+    # An operator's settings stay; a changed schedule updates the job.
+    await put(client, name, schedule="0 * * * *", grace="10m", description="kept")
+    await client.post(f"/v1/locks/{name}/release", json={"token": lease["token"]})
+    await acquire(client, name, "1m", schedule="30 2 * * *", timezone="Europe/Berlin")
+    job = await get(client, name)
+    assert (job["schedule"], job["timezone"], job["grace"], job["description"]) == (
+        "30 2 * * *",
+        "Europe/Berlin",
+        "PT600S",
+        "kept",
+    )
+    # A refused acquire registers nothing.
+    other = f"{name}.held"
+    held = (await acquire(client, other, "1m")).json()
+    assert (await acquire(client, other, "1m", schedule="@daily")).status_code == 409
+    assert (await client.get(f"/v1/jobs/{other}")).status_code == 404
+    await client.post(f"/v1/locks/{other}/release", json={"token": held["token"]})

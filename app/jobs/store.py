@@ -64,6 +64,18 @@ class JobStore:
         (row,) = await self._statements.fetch("job_write", sql, *args)
         return _job(row), row["db_time"]
 
+    async def register(self, name: str, schedule: str, timezone: str, grace: timedelta) -> None:
+        """Register ``name`` with this schedule as an acquire that carries one does: a new job gets ``grace``; a
+        known one changes only its schedule and time zone, and only when they differ (then ticks are expected from
+        now on). Its description, grace and pause stay as an operator set them."""
+        sql = f"""
+            INSERT INTO {self.jobs_table} AS j ({_JOB})
+            VALUES ($1, $2, $3, $4, NULL, false, {NOW}, {NOW}, {NOW}, false, NULL)
+            ON CONFLICT (name) DO UPDATE SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone,
+              updated_at = {NOW}, expected_since = {NOW}
+            WHERE (j.schedule, j.timezone) IS DISTINCT FROM (EXCLUDED.schedule, EXCLUDED.timezone)"""
+        await self._statements.fetch("job_write", sql, name, schedule, timezone, grace)
+
     async def get(self, name: str) -> tuple[Job | None, datetime]:
         sql = f"""SELECT t.db_time, j.* FROM (SELECT {NOW} AS db_time) t
             LEFT JOIN {self.jobs_table} j ON j.name = $1"""

@@ -133,6 +133,8 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
         lease = await store.acquire(name, at_most, at_least, locked_by)
     else:
         lease = await store.acquire_slot(name, at_most, at_least, locked_by, choose)
+        if body.schedule is not None:  # the acquire names its job's schedule: register it (docs/jobs.md)
+            await request.app.state.registrar.saw(name, body.schedule, body.timezone)
     row = lease.row
     return _json(
         AcquireResponse(
