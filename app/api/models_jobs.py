@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool
 
-from app.api.models import UtcTime, reject_control_chars
+from app.api.models import Duration, UtcTime, reject_control_chars
 from app.api.models_history import RunView
 from app.jobs.model import DESCRIPTION_MAX
 from app.schedules.cron import SCHEDULE_MAX, TIMEZONE_MAX
@@ -29,7 +29,7 @@ class JobRequest(BaseModel):
     timezone: str | None = Field(
         default=None, max_length=TIMEZONE_MAX, description="IANA zone of a cron schedule (default UTC)."
     )
-    grace: str | int | None = Field(
+    grace: Duration | None = Field(
         default=None,
         description="How late a tick's run may start before the tick is missed: `5m`, `PT5M`, or milliseconds "
         "(default 5 minutes, at most 31 days).",
@@ -37,8 +37,8 @@ class JobRequest(BaseModel):
     description: Annotated[str | None, BeforeValidator(reject_control_chars)] = Field(
         default=None, max_length=DESCRIPTION_MAX
     )
-    paused: bool | None = Field(default=None, description="Omitted: unchanged (a new job is not paused).")
-    public: bool | None = Field(
+    paused: StrictBool | None = Field(default=None, description="Omitted: unchanged (a new job is not paused).")
+    public: StrictBool | None = Field(
         default=None, description="Its badge (`/badge.svg`) readable without a token. Omitted: unchanged (false)."
     )
 

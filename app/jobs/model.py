@@ -80,7 +80,7 @@ def expected(schedule: str, timezone: str | None) -> Expected:
     return CronExpected(parse_schedule(schedule, timezone))
 
 
-def parse_grace(value: str | int) -> timedelta:
+def parse_grace(value: str | int | timedelta) -> timedelta:
     """A grace as the API takes it (a duration: ``5m``, ``PT5M``, milliseconds), or InvalidRequest (``grace``)."""
     try:
         grace = parse_duration(value)

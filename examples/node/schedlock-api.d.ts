@@ -211,7 +211,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A job and its state */
+        /**
+         * A job and its state
+         * @description The job as registered, its state (up, late, down, paused, new), its latest due tick with the run that decided it, its recent ticks, the next tick and when its last run completed (docs/jobs.md).
+         */
         get: operations["getJob"];
         /**
          * Register or update a job
@@ -677,7 +680,7 @@ export interface components {
              * Grace
              * @description How late a tick's run may start before the tick is missed: `5m`, `PT5M`, or milliseconds (default 5 minutes, at most 31 days).
              */
-            grace?: string | number | null;
+            grace?: (string | number) | null;
             /** Description */
             description?: string | null;
             /**

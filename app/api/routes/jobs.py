@@ -193,6 +193,8 @@ async def put_job(name: LockName, body: JobRequest, principal: PrincipalDep, req
     "/{name:jobread}",
     operation_id="getJob",
     summary="A job and its state",
+    description="The job as registered, its state (up, late, down, paused, new), its latest due tick with the run "
+    "that decided it, its recent ticks, the next tick and when its last run completed (docs/jobs.md).",
     response_model=JobView,
     responses={**doc.ok(examples.JOB), **examples.READ_ONE},
 )
