@@ -62,6 +62,13 @@ class LockNotFound(SchedlockError):
     code = "lock_not_found"
 
 
+class JobNotFound(SchedlockError):
+    """No job of that name is registered (docs/jobs.md)."""
+
+    status = 404
+    code = "job_not_found"
+
+
 class StorageUnavailable(SchedlockError):
     status = 503
     code = "storage_unavailable"
@@ -143,6 +150,7 @@ ERROR_CODES: dict[str, int] = {
         SlotDone,
         NotHolder,
         LockNotFound,
+        JobNotFound,
         StorageUnavailable,
         Unauthorized,
         Forbidden,

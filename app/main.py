@@ -17,7 +17,7 @@ from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
 from app.api.middleware.observe import RequestObserver
 from app.api.middleware.origin import OriginGuard
-from app.api.routes import admin, docs, health, locks, runs, ui
+from app.api.routes import admin, badges, docs, health, jobs, locks, runs, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
@@ -30,6 +30,11 @@ from app.history.chores import history_chores
 from app.history.retention import Pruner
 from app.history.runs import History
 from app.history.skips import SkipCounter
+from app.jobs.events import Events
+from app.jobs.implicit import Registrar
+from app.jobs.status import Jobs
+from app.jobs.store import JobStore
+from app.jobs.webhooks import Notifier, job_chores
 from app.locking.store import LockStore
 from app.ops.metrics import Metrics
 from app.settings import Settings
@@ -96,7 +101,23 @@ def create_app(
             else None
         )
         app.state.store, app.state.history, app.state.skips, app.state.pruner = store, history, skips, pruner
-        metrics.watch(pool, store)
+        job_store = JobStore(statements, settings.table_name, settings.table_schema)
+        app.state.jobs = Jobs(job_store, settings.slot_early_grace, settings.history_retention)
+        app.state.registrar = Registrar(job_store)
+        secret = settings.jobs_webhook_secret
+        notifier = (
+            Notifier(
+                app.state.jobs,
+                Events(statements, settings.table_name, settings.table_schema),
+                settings.jobs_webhook_urls,
+                secret.get_secret_value().encode() if secret else b"",
+                settings.jobs_webhook_attempts,
+            )
+            if settings.jobs_webhook_urls
+            else None
+        )
+        app.state.notifier = notifier
+        metrics.watch(pool, store, app.state.jobs)
         await _warn_if_not_migrated(app, settings)
         await warn_if_commits_may_be_lost(pool, settings.db_pool_timeout)
         if freeze_gc:
@@ -106,7 +127,7 @@ def create_app(
             statements, skips, pruner, settings.history_flush_interval, settings.history_prune_interval.total_seconds()
         )
         try:
-            async with authenticator.reloading(), chores:
+            async with authenticator.reloading(), chores, job_chores(notifier, settings.jobs_check_interval):
                 yield
         finally:
             await close_pool(pool, settings.db_connect_timeout)
@@ -123,6 +144,7 @@ def create_app(
         openapi_tags=[
             {"name": "locks", "description": "Acquire, release, extend and inspect named locks."},
             {"name": "history", "description": "Runs, skipped attempts, and force-release (docs/history.md)."},
+            {"name": "jobs", "description": "Expected schedules: missed, late and failed runs (docs/jobs.md)."},
             {"name": "health", "description": "Probes for orchestrators."},
             {"name": "observability", "description": "Prometheus metrics."},
         ],
@@ -137,6 +159,8 @@ def create_app(
     app.include_router(locks.router)
     app.include_router(runs.router)
     app.include_router(admin.router)
+    app.include_router(jobs.router)
+    app.include_router(badges.router)
     app.include_router(health.router)
     app.include_router(metrics_route.router)
     app.include_router(docs.router)

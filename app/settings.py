@@ -104,6 +104,34 @@ class Settings(BaseSettings):
         default=5.0, gt=0, le=3600, description="Seconds between writes of the skipped-attempt counts."
     )
 
+    # Jobs (docs/jobs.md): how often a replica checks the jobs' states, and where their changes are posted.
+    jobs_check_interval: float = Field(
+        default=5.0, gt=0, le=3600, description="Seconds between a replica's checks of the jobs' states."
+    )
+    jobs_webhook_urls: Annotated[list[str] | None, NoDecode] = Field(
+        default=None, description="Comma-separated http(s) URLs every job state change is POSTed to (JSON, signed)."
+    )
+    jobs_webhook_secret: SecretStr | None = Field(
+        default=None, description="Key of the HMAC-SHA256 signature of each webhook body (X-Schedlock-Signature)."
+    )
+    jobs_webhook_attempts: int = Field(
+        default=8, ge=1, le=100, description="Deliveries tried per change, with backoff, before it is given up."
+    )
+
+    @field_validator("jobs_webhook_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+    @field_validator("jobs_webhook_urls")
+    @classmethod
+    def _check_urls(cls, urls: list[str] | None) -> list[str] | None:
+        for url in urls or ():
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"not an http(s) URL: {url!r}")
+        return urls or None
+
     @field_validator("table")
     @classmethod
     def _check_table(cls, value: str) -> str:
@@ -126,6 +154,8 @@ class Settings(BaseSettings):
     def _check_pool(self) -> Settings:
         if self.pool_min_size > self.pool_max_size:
             raise ValueError("pool_min_size must not exceed pool_max_size")
+        if self.jobs_webhook_urls and not (self.jobs_webhook_secret and self.jobs_webhook_secret.get_secret_value()):
+            raise ValueError("jobs_webhook_urls needs jobs_webhook_secret: receivers must be able to check the sender")
         return self
 
     @property

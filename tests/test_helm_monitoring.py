@@ -34,6 +34,9 @@ ALERTS = {
     "SchedlockNoReadyPod",
     "SchedlockDown",
     "SchedlockLeasesLost",
+    "SchedlockJobMissed",
+    "SchedlockJobFailing",
+    "SchedlockJobLate",
 }
 
 
@@ -214,7 +217,37 @@ def _cases(thresholds: dict[str, float]) -> dict[str, tuple[str, dict[str, str],
             },
         ]
 
+    job = {**release, "job_name": "nightly-billing"}
+
+    def ticks(state: str, values: str) -> dict[str, str]:
+        name = "schedlock_job_ticks_total"
+        return {"series": f'{name}{{{SERIES},job_name="nightly-billing",state="{state}"}}', "values": values}
+
+    def job_state(state: str, values: str) -> dict[str, str]:
+        name = "schedlock_job_state"
+        return {"series": f'{name}{{{SERIES},job_name="nightly-billing",state="{state}"}}', "values": values}
+
     return {
+        # One missed tick fires; ticks that complete, or a counter that stands still (a paused job), do not.
+        "SchedlockJobMissed": (
+            "10m",
+            job,
+            [ticks("missed", "0 0 0 1x40"), ticks("completed", "0+1x40")],
+            [ticks("missed", "2x40"), ticks("completed", "0+1x40")],
+        ),
+        "SchedlockJobFailing": (
+            "10m",
+            job,
+            [ticks("timed_out", "0 0 0 1x40"), ticks("failed", "0x40")],
+            [ticks("failed", "1x40"), ticks("timed_out", "0x40"), ticks("missed", "0 0 0 1x40")],
+        ),
+        "SchedlockJobLate": (
+            "10m",
+            job,
+            [job_state("late", "0 0 0 1x40"), job_state("up", "1 1 1 0x40")],
+            # Late for a minute, then up: a run started inside the grace.
+            [job_state("late", "0x7 1 0x40"), job_state("up", "1x7 0 1x40")],
+        ),
         "SchedlockServerErrors": (
             "12m",
             release,

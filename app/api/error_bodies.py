@@ -68,6 +68,16 @@ class LockNotFoundError(BaseModel):
     error: LockNotFoundDetail
 
 
+class JobNotFoundDetail(_Named):
+    code: Literal["job_not_found"]
+
+
+class JobNotFoundError(BaseModel):
+    """404: no job of that name is registered (docs/jobs.md)."""
+
+    error: JobNotFoundDetail
+
+
 class Problem(BaseModel):
     model_config = ConfigDict(extra="forbid")
     field: str = Field(description="Dotted path of the offending field: `lock_at_most_for`, `name`, `body`, ...")

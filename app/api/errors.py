@@ -10,6 +10,7 @@ which it never receives: the status is for the access log and the metrics, and i
 from __future__ import annotations
 
 import logging
+import re
 
 import orjson
 from fastapi import FastAPI, Request
@@ -84,6 +85,9 @@ async def _handle_http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 405:
         response = error_response(MethodNotAllowed(f"{request.method} is not allowed on {request.url.path}"))
         response.headers.update(exc.headers or {})  # Allow: the methods the route has (RFC 9110 requires it)
+        allowed = _allowed_methods(request)
+        if allowed:  # Starlette names the first route's only; one path may have several (GET, PUT, DELETE a job)
+            response.headers["Allow"] = ", ".join(allowed)
         return response
     if exc.status_code == 400:  # e.g. a body that is not JSON at all
         return error_response(InvalidRequest(str(exc.detail), field="body"))
@@ -94,6 +98,21 @@ async def _handle_http_error(request: Request, exc: Exception) -> Response:
         media_type="application/json",
         headers=exc.headers,
     )
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods the API document declares for this request's path (one path may have several: GET, PUT and
+    DELETE a job, where Starlette names only the first route's); empty for a path it does not document."""
+    table: list[tuple[re.Pattern[str], list[str]]] | None = getattr(request.app.state, "allow_table", None)
+    if table is None:
+        table = []
+        for path, item in request.app.openapi()["paths"].items():
+            literal = re.split(r"\{[^}]+\}", path)
+            pattern = re.compile("[^/]+".join(re.escape(part) for part in literal))
+            table.append((pattern, [method.upper() for method in item]))
+        request.app.state.allow_table = table
+    path = request.url.path
+    return next((methods for pattern, methods in table if pattern.fullmatch(path)), [])
 
 
 async def _handle_unexpected(request: Request, exc: Exception) -> Response:

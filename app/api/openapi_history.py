@@ -7,7 +7,7 @@ from typing import Any
 
 from app.api import openapi as doc
 
-_RUN = {
+RUN = {
     "name": doc.NAME,
     "fencing_token": 42,
     "locked_by": doc.LOCKED_BY,
@@ -23,7 +23,7 @@ _RUN = {
     "force_reason": None,
 }
 _JAVA_RUN = {
-    **_RUN,
+    **RUN,
     "fencing_token": 41,
     "locked_by": "host-7",
     "token_name": None,
@@ -35,8 +35,8 @@ _JAVA_RUN = {
     "duration_ms": 840000,
     "skipped": 0,
 }
-LOCK_RUNS = {"items": [_RUN, _JAVA_RUN], "next_cursor": "cnVuczo0MQ", "db_time": "2026-11-29T09:14:03.201Z"}
-ALL_RUNS = {"items": [_RUN], "next_cursor": "YXQ6MTc5NTkyMTIwMDAwMDAwMDo0Mg", "db_time": "2026-11-29T09:14:03.201Z"}
+LOCK_RUNS = {"items": [RUN, _JAVA_RUN], "next_cursor": "cnVuczo0MQ", "db_time": "2026-11-29T09:14:03.201Z"}
+ALL_RUNS = {"items": [RUN], "next_cursor": "YXQ6MTc5NTkyMTIwMDAwMDAwMDo0Mg", "db_time": "2026-11-29T09:14:03.201Z"}
 SKIPS = {
     "name": doc.NAME,
     "hours": 24,
@@ -51,7 +51,7 @@ FORCE_RESPONSE = {
     "lock_until": "2026-11-29T03:07:12.540Z",
     "db_time": "2026-11-29T03:07:12.540Z",
     "run": {
-        **_RUN,
+        **RUN,
         "lock_until": "2026-11-29T03:07:12.540Z",
         "ended_at": "2026-11-29T03:07:12.540Z",
         "outcome": "force_released",

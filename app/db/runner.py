@@ -20,6 +20,7 @@ STATEMENT_OPERATIONS = (
     *("acquire", "release", "extend", "get", "list", "schema_revision", "count_held"),
     *("acquire_batch", "release_batch"),  # many names in one statement (app.coalescing.batches)
     *("force_release", "runs", "skips", "flush_skips", "prune"),  # the run history's (app.history)
+    *("jobs", "job_runs", "job_write"),  # the jobs' (app.jobs)
 )
 
 

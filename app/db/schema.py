@@ -69,3 +69,13 @@ def runs_table(name: str, schema: str | None) -> str:
 def skips_table(name: str, schema: str | None) -> str:
     """Skipped acquire attempts per lock, run and hour, beside lock table ``name``, quoted for SQL text."""
     return qualified_name(f"{name}_skips", schema)
+
+
+def jobs_table(name: str, schema: str | None) -> str:
+    """The jobs (lock names with an expected schedule) beside lock table ``name`` (migration 0004; docs/jobs.md)."""
+    return qualified_name(f"{name}_jobs", schema)
+
+
+def job_events_table(name: str, schema: str | None) -> str:
+    """The jobs' state changes waiting for (or done with) their webhook deliveries (migration 0004; docs/jobs.md)."""
+    return qualified_name(f"{name}_job_events", schema)

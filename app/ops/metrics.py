@@ -5,6 +5,13 @@ path, and no metric carries a lock name. Lock outcomes are counted in one place,
 from the route and the response status; database statements are timed through the store's observer callback
 (``Metrics.observe_db``). What needs the database (the number of held locks) is computed when Prometheus
 scrapes, at most once per ``held_locks_max_age`` seconds, never on a request's path.
+
+The jobs' metrics (docs/jobs.md) are the one exception to "no lock name in a label": they carry ``job_name``, the
+name of a registered job (not ``job``: Prometheus sets that label on every series it scrapes, and would rename
+ours ``exported_job``). That set is bounded by what write tokens register on purpose, not by what clients
+invent. They are computed on scrape too, with the same cache: every job's state, from one page of jobs and one
+statement for their runs. ``schedlock_job_ticks_total`` counts the ticks this process saw decided, from its first
+scrape on.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import (
@@ -24,12 +32,14 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from app import __version__
 from app.db.runner import STATEMENT_OPERATIONS
-from app.errors import StorageUnavailable
+from app.errors import SchedlockError, StorageUnavailable
+from app.jobs.model import JOB_STATES
+from app.jobs.status import Jobs, JobStatus
 from app.locking.store import LockStore
 
 # The *_created series double what Prometheus stores and no query here needs them. (A process-wide switch.)
@@ -37,6 +47,9 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 #: Lock operations sub-millisecond to seconds: finer at the low end than Prometheus' default buckets.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+#: The tick states schedlock_job_ticks_total counts: those a tick keeps once decided.
+DECIDED_STATES = ("completed", "failed", "timed_out", "missed")
 
 #: Every outcome each lock operation can have; all are exported from the start (at 0) so rate() works at once.
 LOCK_OUTCOMES: dict[str, tuple[str, ...]] = {
@@ -102,10 +115,16 @@ class Metrics:
         self.store: LockStore | None = None
         self.held_locks: int | None = None
         self._held_checked = -math.inf
+        self.jobs: Jobs | None = None
+        self.job_statuses: list[JobStatus] | None = None
+        #: Ticks seen decided, per (job, state), and per job the newest tick counted.
+        self.job_ticks: dict[tuple[str, str], int] = {}
+        self._ticks_counted: dict[str, Any] = {}
+        self._jobs_checked = -math.inf
 
-    def watch(self, pool: Any, store: LockStore) -> None:
-        """Report on this pool and this store's table (called by the lifespan once they exist)."""
-        self.pool, self.store = pool, store
+    def watch(self, pool: Any, store: LockStore, jobs: Jobs | None = None) -> None:
+        """Report on this pool, this store's table and its jobs (called by the lifespan once they exist)."""
+        self.pool, self.store, self.jobs = pool, store, jobs
 
     # The hot path: label children are looked up once and cached (labels() costs more than inc/observe).
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -143,6 +162,52 @@ class Metrics:
         except StorageUnavailable:
             self.held_locks = None
 
+    async def refresh_jobs(self, page: int = 500) -> None:
+        """Every job's state, unless the last reading is fresh enough (``held_locks_max_age``). A failure leaves the
+        jobs' gauges out of the scrape until the next reading."""
+        if self.jobs is None or time.monotonic() - self._jobs_checked < self.held_locks_max_age:
+            return
+        self._jobs_checked = time.monotonic()
+        try:
+            statuses: list[JobStatus] = []
+            after: str | None = None
+            while True:
+                found, more, db_time = await self.jobs.store.page(limit=page, after=after, prefix=None, scope=None)
+                statuses += await self.jobs.statuses(found, db_time) if found else []
+                if not more:
+                    break
+                after = found[-1].name
+        except SchedlockError:
+            self.job_statuses = None
+            return
+        self.job_statuses = statuses
+        self._count_ticks(statuses)
+
+    def _count_ticks(self, statuses: list[JobStatus]) -> None:
+        """Count the ticks decided since the last reading (the first reading only sets where counting starts)."""
+        for status in statuses:
+            name = status.job.name
+            decided = [t for t in status.ticks if t.state not in ("pending", "running")]
+            counted = self._ticks_counted.get(name)
+            for state in DECIDED_STATES:
+                self.job_ticks.setdefault((name, state), 0)
+            if status.state == "paused":  # raises nothing: its ticks are not counted, now or once resumed
+                self._ticks_counted[name] = max([t.at for t in status.ticks] or [counted or datetime.min])
+                continue
+            if counted is not None:
+                for tick in decided:
+                    if tick.at > counted:
+                        self.job_ticks[name, tick.state] += 1
+            if decided:
+                self._ticks_counted[name] = max(decided[-1].at, counted or decided[-1].at)
+            elif counted is None:
+                self._ticks_counted[name] = datetime.min  # nothing decided yet: count every tick from now on
+        gone = {name for name, _ in self.job_ticks} - {s.job.name for s in statuses}
+        for name, state in [key for key in self.job_ticks if key[0] in gone]:
+            del self.job_ticks[name, state]
+        for name in gone:
+            self._ticks_counted.pop(name, None)
+
 
 class _StateCollector:
     """Gauges read at scrape time: pool usage, and the held-lock count cached by ``refresh_held_locks``."""
@@ -165,6 +230,8 @@ class _StateCollector:
         if m.held_locks is not None:
             held.add_metric([], m.held_locks)
             yield held
+        if m.job_statuses is not None:
+            yield from _job_families(m.job_statuses, m.job_ticks)
 
     @staticmethod
     def _families() -> Iterator[GaugeMetricFamily]:
@@ -179,3 +246,35 @@ class _StateCollector:
             "Locks whose lock_until is in the future by the database clock, in the whole table (Java rows too). "
             "The same for every replica: aggregate with max(), not sum().",
         )
+
+
+def _job_families(statuses: list[JobStatus], ticks: dict[tuple[str, str], int]) -> Iterator[Metric]:
+    up = GaugeMetricFamily(
+        "schedlock_job_up", "1 unless the job is down (docs/jobs.md); paused jobs are 1.", labels=["job_name"]
+    )
+    state = GaugeMetricFamily(
+        "schedlock_job_state",
+        "1 for the job's state (up, late, down, paused, new), 0 for the others.",
+        labels=["job_name", "state"],
+    )
+    completed = GaugeMetricFamily(
+        "schedlock_job_last_completed_timestamp_seconds",
+        "When the job's last completed run ended (Unix time, database clock); absent before its first.",
+        labels=["job_name"],
+    )
+    counted = CounterMetricFamily(
+        "schedlock_job_ticks",
+        "Ticks this process saw decided, by state (completed, failed, timed_out, missed), since it started. The same "
+        "on every replica: aggregate with max(), not sum().",
+        labels=["job_name", "state"],
+    )
+    for status in statuses:
+        name = status.job.name
+        up.add_metric([name], 0 if status.state == "down" else 1)
+        for s in JOB_STATES:
+            state.add_metric([name, s], 1 if s == status.state else 0)
+        if status.last_completed_at is not None:
+            completed.add_metric([name], status.last_completed_at.replace(tzinfo=UTC).timestamp())
+    for (name, s), n in sorted(ticks.items()):
+        counted.add_metric([name, s], n)
+    yield from (up, state, completed, counted)

@@ -35,7 +35,7 @@ export interface paths {
         put?: never;
         /**
          * Release a lease
-         * @description Ends the lease: `lock_until` becomes max(now, locked_at + lock_at_least_for), so the at-least window given at acquisition still holds. Works while the row still carries this lease, even after it expired; releasing twice is harmless. For a lease with a slot, `completed` (default true) says whether the job finished: only then is the slot done (docs/slots.md).
+         * @description Ends the lease: `lock_until` becomes max(now, locked_at + lock_at_least_for), so the at-least window given at acquisition still holds. Works while the row still carries this lease, even after it expired; releasing twice is harmless. For a lease with a slot, `completed` (default true) says whether the job finished: only then is the slot done (docs/slots.md). With or without a slot, `completed: false` makes the run a failed tick of its job (docs/jobs.md).
          */
         post: operations["releaseLock"];
         delete?: never;
@@ -178,6 +178,134 @@ export interface paths {
          * @description For an API token marked `admin` (within its prefixes), or anyone on a server without tokens. Sets `lock_until` to the database's now, ignoring the at-least window; ends the lease, so its holder's release and extend answer 409 `not_holder`; records the run as `force_released` with who and why; logs an audit line. A lock that is not held is left alone (`forced: false`). The row is never deleted.
          */
         post: operations["forceReleaseLock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Jobs with their state
+         * @description The jobs the caller may read, by name, each with its state, latest tick and next tick. With `state`, only jobs in that state: a page may then hold fewer than `limit` items; follow `next_cursor`.
+         */
+        get: operations["listJobs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A job and its state
+         * @description The job as registered, its state (up, late, down, paused, new), its latest due tick with the run that decided it, its recent ticks, the next tick and when its last run completed (docs/jobs.md).
+         */
+        get: operations["getJob"];
+        /**
+         * Register or update a job
+         * @description Idempotent: the job as given (200 with it). Ticks are expected from now on when the job is new or its schedule or time zone changed. The lock of the same name needs nothing of this: registering only adds expectations (docs/jobs.md).
+         */
+        put: operations["putJob"];
+        post?: never;
+        /**
+         * Unregister a job
+         * @description The job's expectations go; its lock row and its runs stay (rows are never deleted).
+         */
+        delete: operations["deleteJob"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{name}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a job: it raises nothing
+         * @description A paused job's state is `paused`: no tick makes it late or down. Pausing twice is harmless.
+         */
+        post: operations["pauseJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{name}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused job
+         * @description Ticks are expected again from now on: none missed while the job was paused counts.
+         */
+        post: operations["resumeJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{name}/ticks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A job's ticks, newest first
+         * @description Each due tick since the job expects ticks (and within the history's retention) with its state, the run that decided it, how many runs its window saw and the attempts they made skip. `since` and `until`: ticks in [since, until).
+         */
+        get: operations["listJobTicks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{name}/badge.svg": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A job's state as an SVG badge
+         * @description up / late / down (or paused, new) as a status badge. With a read token for the name, or without a token for a job marked `public`; otherwise 404 (without a token, a job that is not public is not told apart from one that does not exist).
+         */
+        get: operations["getJobBadge"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -487,6 +615,155 @@ export interface components {
          */
         InvalidRequestError: {
             error: components["schemas"]["InvalidRequestDetail"];
+        };
+        /** JobList */
+        JobList: {
+            /**
+             * Items
+             * @description By name.
+             */
+            items: components["schemas"]["JobView"][];
+            /**
+             * Next Cursor
+             * @description Pass as ?cursor= for the next page; null on the last page.
+             */
+            next_cursor: string | null;
+            /**
+             * Db Time
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            db_time: string;
+        };
+        /** JobNotFoundDetail */
+        JobNotFoundDetail: {
+            /**
+             * Code
+             * @constant
+             */
+            code: "job_not_found";
+            /**
+             * Message
+             * @description For humans; may change between releases. Match on `code`.
+             */
+            message: string;
+            /**
+             * Name
+             * @description The lock name the request was about.
+             */
+            name: string;
+        };
+        /**
+         * JobNotFoundError
+         * @description 404: no job of that name is registered (docs/jobs.md).
+         */
+        JobNotFoundError: {
+            error: components["schemas"]["JobNotFoundDetail"];
+        };
+        /**
+         * JobRequest
+         * @description ``PUT /v1/jobs/{name}``: the job as it should be (idempotent).
+         */
+        JobRequest: {
+            /**
+             * Schedule
+             * @description 5-field cron (`0 3 * * *`, `@daily`) read in `timezone`, or an ISO-8601 interval (`PT15M`) counted from the Unix epoch.
+             */
+            schedule: string;
+            /**
+             * Timezone
+             * @description IANA zone of a cron schedule (default UTC).
+             */
+            timezone?: string | null;
+            /**
+             * Grace
+             * @description How late a tick's run may start before the tick is missed: `5m`, `PT5M`, or milliseconds (default 5 minutes, at most 31 days).
+             */
+            grace?: (string | number) | null;
+            /** Description */
+            description?: string | null;
+            /**
+             * Paused
+             * @description Omitted: unchanged (a new job is not paused).
+             */
+            paused?: boolean | null;
+            /**
+             * Public
+             * @description Its badge (`/badge.svg`) readable without a token. Omitted: unchanged (false).
+             */
+            public?: boolean | null;
+        };
+        /** JobView */
+        JobView: {
+            /** Name */
+            name: string;
+            /** Schedule */
+            schedule: string;
+            /** Timezone */
+            timezone: string;
+            /**
+             * Grace
+             * @description ISO-8601, e.g. PT5M.
+             */
+            grace: string;
+            /** Description */
+            description?: string | null;
+            /** Paused */
+            paused: boolean;
+            /** Public */
+            public: boolean;
+            /**
+             * State
+             * @description docs/jobs.md, 'Job states'.
+             * @enum {string}
+             */
+            state: "up" | "late" | "down" | "paused" | "new";
+            /** @description The latest due tick; null while the job is new. */
+            last_tick?: components["schemas"]["TickView"] | null;
+            /**
+             * Recent
+             * @description The latest due ticks, oldest first (at most 12).
+             */
+            recent: components["schemas"]["TickBrief"][];
+            /**
+             * Next Tick
+             * @description The next tick after now.
+             */
+            next_tick?: string | null;
+            /**
+             * Last Completed At
+             * @description When its last completed run ended.
+             */
+            last_completed_at?: string | null;
+            /**
+             * Expected Since
+             * Format: date-time
+             * @description Ticks before this are not expected (registered, changed, resumed).
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            expected_since: string;
+            /**
+             * Created At
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            updated_at: string;
+            /**
+             * Db Time
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            db_time: string;
         };
         /** LockHeldDetail */
         LockHeldDetail: {
@@ -957,6 +1234,79 @@ export interface components {
          */
         StorageUnavailableError: {
             error: components["schemas"]["StorageUnavailableDetail"];
+        };
+        /** TickBrief */
+        TickBrief: {
+            /**
+             * Tick
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            tick: string;
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "completed" | "failed" | "timed_out" | "missed" | "running" | "pending";
+        };
+        /** TickList */
+        TickList: {
+            /** Name */
+            name: string;
+            /**
+             * Items
+             * @description Newest first.
+             */
+            items: components["schemas"]["TickView"][];
+            /**
+             * Next Cursor
+             * @description Pass as ?cursor= for the next page; null on the last page.
+             */
+            next_cursor: string | null;
+            /**
+             * Db Time
+             * Format: date-time
+             * @description UTC, millisecond precision, from the database clock.
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            db_time: string;
+        };
+        /**
+         * TickView
+         * @description One expected tick. `run` is the run that decided it (the completed one, the one running, or the last one
+         *     that failed or timed out); null for pending and missed ticks.
+         */
+        TickView: {
+            /**
+             * Tick
+             * Format: date-time
+             * @description When the tick was due (database clock, UTC).
+             * @example 2026-11-29T03:00:00.000Z
+             */
+            tick: string;
+            /**
+             * State
+             * @description docs/jobs.md, 'Ticks'.
+             * @enum {string}
+             */
+            state: "completed" | "failed" | "timed_out" | "missed" | "running" | "pending";
+            /**
+             * Duplicate
+             * @description More than one run completed in this tick's window.
+             */
+            duplicate: boolean;
+            run?: components["schemas"]["RunView"] | null;
+            /**
+             * Runs
+             * @description Runs acquired in this tick's window.
+             */
+            runs: number;
+            /**
+             * Skipped
+             * @description Acquire attempts those runs made skip (409 lock_held).
+             */
+            skipped: number;
         };
         /** UnauthorizedDetail */
         UnauthorizedDetail: {
@@ -2429,6 +2779,1414 @@ export interface operations {
                      *           {
                      *             "field": "lock_at_most_for",
                      *             "message": "is not a duration: '14 minutes' (use ISO-8601 like 'PT10M' or a number with ms, s, m, h or d, like '10m')"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    listJobs: {
+        parameters: {
+            query?: {
+                /** @description Only names starting with this. */
+                prefix?: string | null;
+                /** @description Only jobs in this state. */
+                state?: ("up" | "late" | "down" | "paused" | "new") | null;
+                /** @description Page size (at most the server's list limit, 1000 by default). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "name": "nightly-billing",
+                     *           "schedule": "0 3 * * *",
+                     *           "timezone": "Europe/Berlin",
+                     *           "grace": "PT10M",
+                     *           "description": "Invoices for yesterday's usage",
+                     *           "paused": false,
+                     *           "public": false,
+                     *           "state": "up",
+                     *           "last_tick": {
+                     *             "tick": "2026-11-29T02:00:00.000Z",
+                     *             "state": "completed",
+                     *             "duplicate": false,
+                     *             "run": {
+                     *               "name": "nightly-billing",
+                     *               "fencing_token": 42,
+                     *               "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *               "token_name": "billing-cron",
+                     *               "source": "api",
+                     *               "acquired_at": "2026-11-29T02:00:00.120Z",
+                     *               "lock_until": "2026-11-29T03:05:00.000Z",
+                     *               "ended_at": "2026-11-29T03:02:41.317Z",
+                     *               "outcome": "released",
+                     *               "duration_ms": 161317,
+                     *               "skipped": 4
+                     *             },
+                     *             "runs": 1,
+                     *             "skipped": 4
+                     *           },
+                     *           "recent": [
+                     *             {
+                     *               "tick": "2026-11-28T02:00:00.000Z",
+                     *               "state": "missed"
+                     *             },
+                     *             {
+                     *               "tick": "2026-11-29T02:00:00.000Z",
+                     *               "state": "completed"
+                     *             }
+                     *           ],
+                     *           "next_tick": "2026-11-30T02:00:00.000Z",
+                     *           "last_completed_at": "2026-11-29T02:02:41.317Z",
+                     *           "expected_since": "2026-11-20T10:00:00.000Z",
+                     *           "created_at": "2026-11-20T10:00:00.000Z",
+                     *           "updated_at": "2026-11-20T10:00:00.000Z",
+                     *           "db_time": "2026-11-29T09:14:03.201Z"
+                     *         }
+                     *       ],
+                     *       "next_cursor": "am9iOm5pZ2h0bHktYmlsbGluZw",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobList"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    getJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "nightly-billing",
+                     *       "schedule": "0 3 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "grace": "PT10M",
+                     *       "description": "Invoices for yesterday's usage",
+                     *       "paused": false,
+                     *       "public": false,
+                     *       "state": "up",
+                     *       "last_tick": {
+                     *         "tick": "2026-11-29T02:00:00.000Z",
+                     *         "state": "completed",
+                     *         "duplicate": false,
+                     *         "run": {
+                     *           "name": "nightly-billing",
+                     *           "fencing_token": 42,
+                     *           "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *           "token_name": "billing-cron",
+                     *           "source": "api",
+                     *           "acquired_at": "2026-11-29T02:00:00.120Z",
+                     *           "lock_until": "2026-11-29T03:05:00.000Z",
+                     *           "ended_at": "2026-11-29T03:02:41.317Z",
+                     *           "outcome": "released",
+                     *           "duration_ms": 161317,
+                     *           "skipped": 4
+                     *         },
+                     *         "runs": 1,
+                     *         "skipped": 4
+                     *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
+                     *       "next_tick": "2026-11-30T02:00:00.000Z",
+                     *       "last_completed_at": "2026-11-29T02:02:41.317Z",
+                     *       "expected_since": "2026-11-20T10:00:00.000Z",
+                     *       "created_at": "2026-11-20T10:00:00.000Z",
+                     *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    putJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "schedule": "0 3 * * *",
+                 *       "timezone": "Europe/Berlin",
+                 *       "grace": "10m",
+                 *       "description": "Invoices for yesterday's usage"
+                 *     }
+                 */
+                "application/json": components["schemas"]["JobRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "nightly-billing",
+                     *       "schedule": "0 3 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "grace": "PT10M",
+                     *       "description": "Invoices for yesterday's usage",
+                     *       "paused": false,
+                     *       "public": false,
+                     *       "state": "up",
+                     *       "last_tick": {
+                     *         "tick": "2026-11-29T02:00:00.000Z",
+                     *         "state": "completed",
+                     *         "duplicate": false,
+                     *         "run": {
+                     *           "name": "nightly-billing",
+                     *           "fencing_token": 42,
+                     *           "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *           "token_name": "billing-cron",
+                     *           "source": "api",
+                     *           "acquired_at": "2026-11-29T02:00:00.120Z",
+                     *           "lock_until": "2026-11-29T03:05:00.000Z",
+                     *           "ended_at": "2026-11-29T03:02:41.317Z",
+                     *           "outcome": "released",
+                     *           "duration_ms": 161317,
+                     *           "skipped": 4
+                     *         },
+                     *         "runs": 1,
+                     *         "skipped": 4
+                     *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
+                     *       "next_tick": "2026-11-30T02:00:00.000Z",
+                     *       "last_completed_at": "2026-11-29T02:02:41.317Z",
+                     *       "expected_since": "2026-11-20T10:00:00.000Z",
+                     *       "created_at": "2026-11-20T10:00:00.000Z",
+                     *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes, or a read-only token tried to write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "payload_too_large",
+                     *         "message": "request body larger than 16384 bytes",
+                     *         "limit": 16384
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["PayloadTooLargeError"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`). */
+            415: {
+                headers: {
+                    /**
+                     * @description The media type bodies must have.
+                     * @example application/json
+                     */
+                    Accept?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unsupported_media_type",
+                     *         "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnsupportedMediaTypeError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    deleteJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Unregistered. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes, or a read-only token tried to write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    pauseJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "nightly-billing",
+                     *       "schedule": "0 3 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "grace": "PT10M",
+                     *       "description": "Invoices for yesterday's usage",
+                     *       "paused": true,
+                     *       "public": false,
+                     *       "state": "paused",
+                     *       "last_tick": {
+                     *         "tick": "2026-11-29T02:00:00.000Z",
+                     *         "state": "completed",
+                     *         "duplicate": false,
+                     *         "run": {
+                     *           "name": "nightly-billing",
+                     *           "fencing_token": 42,
+                     *           "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *           "token_name": "billing-cron",
+                     *           "source": "api",
+                     *           "acquired_at": "2026-11-29T02:00:00.120Z",
+                     *           "lock_until": "2026-11-29T03:05:00.000Z",
+                     *           "ended_at": "2026-11-29T03:02:41.317Z",
+                     *           "outcome": "released",
+                     *           "duration_ms": 161317,
+                     *           "skipped": 4
+                     *         },
+                     *         "runs": 1,
+                     *         "skipped": 4
+                     *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
+                     *       "next_tick": "2026-11-30T02:00:00.000Z",
+                     *       "last_completed_at": "2026-11-29T02:02:41.317Z",
+                     *       "expected_since": "2026-11-20T10:00:00.000Z",
+                     *       "created_at": "2026-11-20T10:00:00.000Z",
+                     *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes, or a read-only token tried to write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "payload_too_large",
+                     *         "message": "request body larger than 16384 bytes",
+                     *         "limit": 16384
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["PayloadTooLargeError"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`). */
+            415: {
+                headers: {
+                    /**
+                     * @description The media type bodies must have.
+                     * @example application/json
+                     */
+                    Accept?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unsupported_media_type",
+                     *         "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnsupportedMediaTypeError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    resumeJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "nightly-billing",
+                     *       "schedule": "0 3 * * *",
+                     *       "timezone": "Europe/Berlin",
+                     *       "grace": "PT10M",
+                     *       "description": "Invoices for yesterday's usage",
+                     *       "paused": false,
+                     *       "public": false,
+                     *       "state": "up",
+                     *       "last_tick": {
+                     *         "tick": "2026-11-29T02:00:00.000Z",
+                     *         "state": "completed",
+                     *         "duplicate": false,
+                     *         "run": {
+                     *           "name": "nightly-billing",
+                     *           "fencing_token": 42,
+                     *           "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *           "token_name": "billing-cron",
+                     *           "source": "api",
+                     *           "acquired_at": "2026-11-29T02:00:00.120Z",
+                     *           "lock_until": "2026-11-29T03:05:00.000Z",
+                     *           "ended_at": "2026-11-29T03:02:41.317Z",
+                     *           "outcome": "released",
+                     *           "duration_ms": 161317,
+                     *           "skipped": 4
+                     *         },
+                     *         "runs": 1,
+                     *         "skipped": 4
+                     *       },
+                     *       "recent": [
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed"
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed"
+                     *         }
+                     *       ],
+                     *       "next_tick": "2026-11-30T02:00:00.000Z",
+                     *       "last_completed_at": "2026-11-29T02:02:41.317Z",
+                     *       "expected_since": "2026-11-20T10:00:00.000Z",
+                     *       "created_at": "2026-11-20T10:00:00.000Z",
+                     *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobView"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes, or a read-only token tried to write. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `payload_too_large`: the body exceeds the server's limit (SCHEDLOCK_MAX_BODY_BYTES). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "payload_too_large",
+                     *         "message": "request body larger than 16384 bytes",
+                     *         "limit": 16384
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["PayloadTooLargeError"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not sent as `Content-Type: application/json` (or `application/*+json`). */
+            415: {
+                headers: {
+                    /**
+                     * @description The media type bodies must have.
+                     * @example application/json
+                     */
+                    Accept?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unsupported_media_type",
+                     *         "message": "the body must be JSON, sent with 'Content-Type: application/json' (got 'text/plain')"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnsupportedMediaTypeError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    listJobTicks: {
+        parameters: {
+            query?: {
+                /** @description Only ticks at or after this (ISO-8601). */
+                since?: string | null;
+                /** @description Only ticks before this (ISO-8601). */
+                until?: string | null;
+                /** @description Page size (at most the server's list limit, 1000 by default). */
+                limit?: number;
+                /** @description `next_cursor` of the previous page. */
+                cursor?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "name": "nightly-billing",
+                     *       "items": [
+                     *         {
+                     *           "tick": "2026-11-29T02:00:00.000Z",
+                     *           "state": "completed",
+                     *           "duplicate": false,
+                     *           "run": {
+                     *             "name": "nightly-billing",
+                     *             "fencing_token": 42,
+                     *             "locked_by": "billing on host-3 [schedlock via billing-cron lease 5e0c2a91f3d4]",
+                     *             "token_name": "billing-cron",
+                     *             "source": "api",
+                     *             "acquired_at": "2026-11-29T02:00:00.120Z",
+                     *             "lock_until": "2026-11-29T03:05:00.000Z",
+                     *             "ended_at": "2026-11-29T03:02:41.317Z",
+                     *             "outcome": "released",
+                     *             "duration_ms": 161317,
+                     *             "skipped": 4
+                     *           },
+                     *           "runs": 1,
+                     *           "skipped": 4
+                     *         },
+                     *         {
+                     *           "tick": "2026-11-28T02:00:00.000Z",
+                     *           "state": "missed",
+                     *           "duplicate": false,
+                     *           "runs": 0,
+                     *           "skipped": 0
+                     *         }
+                     *       ],
+                     *       "next_cursor": "dGljazoxNzk0NzEyNDAwMDAwMDAw",
+                     *       "db_time": "2026-11-29T09:14:03.201Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["TickList"];
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
+                     *           }
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InvalidRequestError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before retrying.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "storage_unavailable",
+                     *         "message": "acquire: database unavailable (ConnectionRefusedError)"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["StorageUnavailableError"];
+                };
+            };
+        };
+    };
+    getJobBadge: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The badge. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example <svg xmlns="http://www.w3.org/2000/svg" width="136" height="20" role="img" aria-label="nightly-billing: up"><title>nightly-billing: up</title><rect width="111" height="20" fill="#555"/><rect x="111" width="25" height="20" fill="#2e8540"/><g fill="#fff" text-anchor="middle" font-family="Verdana,DejaVu Sans,sans-serif" font-size="11"><text x="55.5" y="14">nightly-billing</text><text x="123.5" y="14">up</text></g></svg> */
+                    "image/svg+xml": string;
+                };
+            };
+            /** @description `unauthorized`: no bearer token, or one the server does not know (servers with tokens only). */
+            401: {
+                headers: {
+                    /**
+                     * @description The scheme to authenticate with.
+                     * @example Bearer realm="schedlock"
+                     */
+                    "WWW-Authenticate"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "unauthorized",
+                     *         "message": "missing credentials: send 'Authorization: Bearer <token>'"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UnauthorizedError"];
+                };
+            };
+            /** @description `forbidden`: the name is outside the token's prefixes. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "forbidden",
+                     *         "message": "token 'reports-cron' may not use lock 'nightly-billing'; its names start with 'reports.'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ForbiddenError"];
+                };
+            };
+            /** @description `job_not_found`: no job of that name is registered. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "job_not_found",
+                     *         "message": "no job named 'nightly-billing'",
+                     *         "name": "nightly-billing"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobNotFoundError"];
+                };
+            };
+            /** @description `invalid_request`: a bad schedule, time zone, grace, description or parameter; `field` names it. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "invalid_request",
+                     *         "message": "schedule: needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily",
+                     *         "field": "schedule",
+                     *         "problems": [
+                     *           {
+                     *             "field": "schedule",
+                     *             "message": "needs 5 fields (minute hour day-of-month month day-of-week) or an alias such as @daily"
                      *           }
                      *         ]
                      *       }

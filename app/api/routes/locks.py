@@ -133,6 +133,8 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
         lease = await store.acquire(name, at_most, at_least, locked_by)
     else:
         lease = await store.acquire_slot(name, at_most, at_least, locked_by, choose)
+        if body.schedule is not None:  # the acquire names its job's schedule: register it (docs/jobs.md)
+            await request.app.state.registrar.saw(name, body.schedule, body.timezone)
     row = lease.row
     return _json(
         AcquireResponse(
@@ -156,7 +158,8 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
         "Ends the lease: `lock_until` becomes max(now, locked_at + lock_at_least_for), so the at-least window "
         "given at acquisition still holds. Works while the row still carries this lease, even after it "
         "expired; releasing twice is harmless. For a lease with a slot, `completed` (default true) says whether "
-        "the job finished: only then is the slot done (docs/slots.md)."
+        "the job finished: only then is the slot done (docs/slots.md). With or without a slot, `completed: false` "
+        "makes the run a failed tick of its job (docs/jobs.md)."
     ),
     response_model=ReleaseResponse,
     responses={
@@ -178,6 +181,9 @@ async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep,
     refuse_reserved(name)
     row = await store_of(request).release(name, body.token, body.completed)
     done = None if row.slot is None else row.last_completed_slot == row.slot
+    if not body.completed:
+        # The job failed: its run is the tick's failure (docs/jobs.md). Rare, so a statement of its own.
+        await request.app.state.jobs.store.mark_failed(name, row.fencing_token, row.db_time)
     answer = ReleaseResponse(
         name=row.name, lock_until=row.lock_until, db_time=row.db_time, slot=row.slot, completed=done
     )

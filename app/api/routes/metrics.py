@@ -30,5 +30,6 @@ router = APIRouter(tags=["observability"])
 async def metrics(request: Request) -> Response:
     m: Metrics = request.app.state.metrics
     await m.refresh_held_locks()
+    await m.refresh_jobs()
     content, content_type = m.exposition(request.headers.get("accept", ""))
     return Response(content=content, headers={"Content-Type": content_type})

@@ -1,4 +1,5 @@
-"""The dashboard: ``GET /ui`` (the locks), ``GET /ui/locks/{name}`` (one lock, its runs) and their assets.
+"""The dashboard: ``GET /ui`` (the locks), ``GET /ui/locks/{name}`` (one lock, its runs), ``GET /ui/jobs`` (the jobs,
+each with a strip of its last ticks), ``GET /ui/jobs/{name}`` (one job, its ticks) and their assets.
 
 The pages are rendered here with Jinja2, without any data: the data needs the caller's API token, which the browser
 keeps in ``sessionStorage`` and sends as a bearer header from the page's script (app/ui/static/ui.js). There are no
@@ -70,6 +71,21 @@ async def lock_page(
     request: Request, name: Annotated[str, Path(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 ) -> Response:
     return _page(request, "lock.html", page="lock", name=name)
+
+
+@router.get("/ui/jobs")
+async def jobs_page(
+    request: Request,
+    prefix: Annotated[str, Query(max_length=NAME_MAX, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")] = "",
+) -> Response:
+    return _page(request, "jobs.html", page="jobs", prefix=prefix)
+
+
+@router.get("/ui/jobs/{name}")
+async def job_page(
+    request: Request, name: Annotated[str, Path(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+) -> Response:
+    return _page(request, "job.html", page="job", name=name)
 
 
 @router.get("/ui/session")

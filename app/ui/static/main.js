@@ -7,6 +7,7 @@
 import { api, token, tokensRequired, whenRefused } from "./api.js";
 import { $, setStatus, tick } from "./format.js";
 import { lockPage } from "./lock.js";
+import { jobPage, jobsPage } from "./jobs.js";
 import { locksPage } from "./locks.js";
 
 const REFRESH_MS = 5000;
@@ -64,7 +65,8 @@ async function start() {
   $("signin").hidden = true;
   $("app").hidden = false;
   showWho(session);
-  page = page || (document.body.dataset.page === "lock" ? lockPage(() => session) : locksPage());
+  const pages = { lock: () => lockPage(() => session), jobs: jobsPage, job: jobPage };
+  page = page || (pages[document.body.dataset.page] || locksPage)();
   await page.refresh().catch(() => {});
   clearInterval(timer);
   timer = setInterval(() => {

@@ -20,6 +20,7 @@ from schedlock._exceptions import (
     Forbidden,
     InternalServerError,
     InvalidRequest,
+    JobNotFound,
     LockHeld,
     LockLost,
     LockNotFound,
@@ -41,7 +42,19 @@ from schedlock._exceptions import (
     error_class,
 )
 from schedlock._lease import LeaseBase, LeaseState, OnLost, assert_locked
-from schedlock._models import Extended, ForceReleased, LockInfo, LockPage, Released, Run, RunPage, SkipHour, Skips
+from schedlock._models import (
+    Extended,
+    ForceReleased,
+    JobInfo,
+    JobPage,
+    LockInfo,
+    LockPage,
+    Released,
+    Run,
+    RunPage,
+    SkipHour,
+    Skips,
+)
 from schedlock._policy import OnUnavailable
 from schedlock._sync import Lease, LockClient
 from schedlock._version import __version__
@@ -57,6 +70,9 @@ __all__ = [
     "ForceReleased",
     "InternalServerError",
     "InvalidRequest",
+    "JobInfo",
+    "JobNotFound",
+    "JobPage",
     "Lease",
     "LeaseBase",
     "LeaseState",

@@ -27,6 +27,7 @@ from schedlock._base import (
     force_release_call,
     get_call,
     history_call,
+    jobs_call,
     list_call,
     release_call,
     runs_call,
@@ -46,7 +47,17 @@ from schedlock._exceptions import (
 )
 from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
-from schedlock._models import Acquired, Extended, ForceReleased, LockInfo, LockPage, Released, RunPage, Skips
+from schedlock._models import (
+    Acquired,
+    Extended,
+    ForceReleased,
+    JobPage,
+    LockInfo,
+    LockPage,
+    Released,
+    RunPage,
+    Skips,
+)
 from schedlock._policy import OnUnavailable, default_holder, log_skip, run_without_lock
 from schedlock._tasks import AsyncKeeper, check_job
 
@@ -193,6 +204,13 @@ class AsyncLockClient:
         """One page of runs of every lock the token may read, newest first: names starting with ``prefix``,
         acquired in [``since``, ``until``) (aware datetimes), only ended (True) or only running (False) runs."""
         return await self._send(runs_call(prefix, since, until, ended, limit, cursor))
+
+    async def jobs(
+        self, *, prefix: str | None = None, state: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> JobPage:
+        """One page of the jobs the token may read, by name, with their state (docs/jobs.md): names starting with
+        ``prefix``; only jobs in ``state`` (``up``, ``late``, ``down``, ``paused``, ``new``)."""
+        return await self._send(jobs_call(prefix, state, limit, cursor))
 
     async def skips(self, name: str, *, hours: int = 24) -> Skips:
         """Skipped acquire attempts of ``name`` per hour over the last ``hours`` hours."""

@@ -19,7 +19,17 @@ import httpx
 
 from schedlock._durations import DurationLike, format_duration, parse_duration
 from schedlock._exceptions import APIError, ServiceUnreachable, UnexpectedResponse, error_class
-from schedlock._models import Acquired, Extended, ForceReleased, LockInfo, LockPage, Released, RunPage, Skips
+from schedlock._models import (
+    Acquired,
+    Extended,
+    ForceReleased,
+    JobPage,
+    LockInfo,
+    LockPage,
+    Released,
+    RunPage,
+    Skips,
+)
 from schedlock._policy import OnUnavailable, clean_holder
 from schedlock._times import format_time
 from schedlock._version import __version__
@@ -175,6 +185,14 @@ def runs_call(
     if cursor is not None:
         params["cursor"] = cursor
     return Call("GET", "/v1/runs", RunPage.from_json, "list runs", params=params)
+
+
+def jobs_call(prefix: str | None, state: str | None, limit: int, cursor: str | None) -> Call[JobPage]:
+    params = {"limit": str(limit)}
+    for key, value in (("prefix", prefix), ("state", state), ("cursor", cursor)):
+        if value:
+            params[key] = value
+    return Call("GET", "/v1/jobs", JobPage.from_json, "list jobs", params=params)
 
 
 def skips_call(name: str, hours: int) -> Call[Skips]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from schedlock._base import Tick, windows
 from schedlock._cli_history import force_release, history_parsers, positive_int, print_table, runs
+from schedlock._cli_jobs import jobs, jobs_parser
 from schedlock._durations import parse_duration
 from schedlock._exceptions import APIError, LockNotFound, NotHolder, ServiceUnavailable
 from schedlock._keepalive import MINIMUM_LOCK_AT_MOST_FOR, check_keep_alive
@@ -26,7 +27,8 @@ exit codes:
   0        the command ran and exited 0, or the lock was held or --once-per's tick already done
            (see --held-exit-code)
   1-255    otherwise the command's own exit code; 128+N when a signal N killed it
-  1        status/release/force-release: no such lock; release: the token does not hold it
+  1        status/release/force-release: no such lock; release: the token does not hold it;
+           jobs --down: a job listed is down
   {Exit.USAGE:<8} bad arguments (also --keep-alive with --at-most under 30s)
   {Exit.REJECTED:<8} the service rejected the request (invalid name or duration, unauthorized, forbidden,
            force-release without an admin token)
@@ -90,7 +92,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     parser.add_argument("--version", action="version", version=f"schedlock {__version__}")
     _connection_options(parser, defaults=True)
     sub = parser.add_subparsers(
-        dest="command_name", required=True, metavar="{run,list,status,release,runs,force-release}"
+        dest="command_name", required=True, metavar="{run,list,status,release,runs,force-release,jobs}"
     )
 
     run_parser = sub.add_parser(
@@ -168,6 +170,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     release_parser.add_argument("name", help="lock name")
     release_parser.add_argument("--token", required=True, help="the lease token acquire returned ('-': read stdin)")
     history_parsers(sub, common, formatter, EXIT_CODES)
+    jobs_parser(sub, common, formatter, EXIT_CODES)
     return parser, run_parser
 
 
@@ -187,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return runs(client, args)
         if args.command_name == "force-release":
             return force_release(client, args)
+        if args.command_name == "jobs":
+            return jobs(client, args)
         return _release(client, args)
     except ServiceUnavailable as exc:
         say(f"lock service unavailable: {exc}")

@@ -14,6 +14,7 @@
     │   ├── SlotDone                 409 slot_done: this tick already ran; skip it (.slot, .completed_at)
     │   ├── NotHolder                409 not_holder: this lease no longer holds the lock
     │   ├── LockNotFound             404 lock_not_found
+    │   ├── JobNotFound              404 job_not_found
     │   ├── RequestRejected          other 4xx: fix the call or the configuration
     │   │   ├── InvalidRequest       422 invalid_request (.field)
     │   │   ├── Unauthorized         401 unauthorized
@@ -155,6 +156,13 @@ class LockNotFound(APIError):
     code = "lock_not_found"
 
 
+class JobNotFound(APIError):
+    """No job of that name is registered (docs/jobs.md)."""
+
+    status = 404
+    code = "job_not_found"
+
+
 class RequestRejected(APIError):
     """The service refused the request itself (4xx): a bug in the call or the configuration, never "held"."""
 
@@ -252,6 +260,7 @@ ERROR_CLASSES: Mapping[str, type[APIError]] = MappingProxyType(
             SlotDone,
             NotHolder,
             LockNotFound,
+            JobNotFound,
             Unauthorized,
             Forbidden,
             NotFound,

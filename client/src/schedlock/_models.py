@@ -185,6 +185,56 @@ class RunPage:
 
 
 @dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A registered job and its state (docs/jobs.md): ``state`` is ``up``, ``late``, ``down``, ``paused`` or ``new``;
+    ``recent``, the states of its latest due ticks, oldest first; ``last_tick`` and ``last_tick_state``, the latest."""
+
+    name: str
+    schedule: str
+    timezone: str
+    grace: str
+    paused: bool
+    state: str
+    recent: tuple[str, ...]
+    last_tick: datetime | None
+    last_tick_state: str | None
+    next_tick: datetime | None
+    last_completed_at: datetime | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobInfo:
+        last = data.get("last_tick")
+        last = last if isinstance(last, dict) else None
+        recent = data.get("recent")
+        return cls(
+            name=_str(data, "name"),
+            schedule=_str(data, "schedule"),
+            timezone=_str(data, "timezone"),
+            grace=_str(data, "grace"),
+            paused=_bool(data, "paused"),
+            state=_str(data, "state"),
+            recent=tuple(_str(t, "state") for t in recent if isinstance(t, dict)) if isinstance(recent, list) else (),
+            last_tick=_time(last, "tick") if last else None,
+            last_tick_state=_str(last, "state") if last else None,
+            next_tick=_time(data, "next_tick") if data.get("next_tick") else None,
+            last_completed_at=_time(data, "last_completed_at") if data.get("last_completed_at") else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of jobs by name; pass ``next_cursor`` back as ``cursor`` for the next (None: last page)."""
+
+    items: tuple[JobInfo, ...]
+    next_cursor: str | None
+    db_time: datetime
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobPage:
+        return cls(tuple(JobInfo.from_json(item) for item in _objects(data)), _cursor(data), _time(data, "db_time"))
+
+
+@dataclass(frozen=True, slots=True)
 class SkipHour:
     """Skipped acquire attempts in the hour starting at ``hour`` (database clock)."""
 

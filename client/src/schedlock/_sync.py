@@ -24,6 +24,7 @@ from schedlock._base import (
     force_release_call,
     get_call,
     history_call,
+    jobs_call,
     list_call,
     release_call,
     runs_call,
@@ -43,7 +44,17 @@ from schedlock._exceptions import (
 )
 from schedlock._keepalive import check_keep_alive
 from schedlock._lease import LeaseBase, LeaseState, OnLost, logger
-from schedlock._models import Acquired, Extended, ForceReleased, LockInfo, LockPage, Released, RunPage, Skips
+from schedlock._models import (
+    Acquired,
+    Extended,
+    ForceReleased,
+    JobPage,
+    LockInfo,
+    LockPage,
+    Released,
+    RunPage,
+    Skips,
+)
 from schedlock._policy import OnUnavailable, default_holder, log_skip, run_without_lock
 from schedlock._threads import SyncKeeper, check_job
 
@@ -201,6 +212,13 @@ class LockClient:
         """One page of runs of every lock the token may read, newest first: names starting with ``prefix``,
         acquired in [``since``, ``until``) (aware datetimes), only ended (True) or only running (False) runs."""
         return self._send(runs_call(prefix, since, until, ended, limit, cursor))
+
+    def jobs(
+        self, *, prefix: str | None = None, state: str | None = None, limit: int = 100, cursor: str | None = None
+    ) -> JobPage:
+        """One page of the jobs the token may read, by name, with their state (docs/jobs.md): names starting with
+        ``prefix``; only jobs in ``state`` (``up``, ``late``, ``down``, ``paused``, ``new``)."""
+        return self._send(jobs_call(prefix, state, limit, cursor))
 
     def skips(self, name: str, *, hours: int = 24) -> Skips:
         """Skipped acquire attempts of ``name`` per hour over the last ``hours`` hours."""
