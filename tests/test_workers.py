@@ -70,6 +70,8 @@ def test_settings_travel_to_workers_through_the_environment(monkeypatch: pytest.
         tokens='{"tokens": [{"name": "a", "sha256": "00", "prefixes": ["x-"]}]}',
         allow_unauthenticated=True,
         allowed_origins=["https://jobs.example.com", "http://localhost:3000"],
+        jobs_webhook_urls=["https://hooks.example.com/schedlock"],
+        jobs_webhook_secret=SecretStr("w" * 32),
     )
     for key in list(os.environ):
         if key.startswith("SCHEDLOCK_"):
