@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NamedTuple
 
 from app.locking.leases import FORCED_MARKER_SQL
 from app.locking.rows import NOW, ROW, row_of
@@ -24,9 +25,8 @@ from app.locking.rows import NOW, ROW, row_of
 _WRITTEN = "name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot"
 
 
-@dataclass(frozen=True, slots=True)
-class AcquireOp:
-    """One acquire, in the statement's parameter order."""
+class AcquireOp(NamedTuple):
+    """One acquire, in the statement's parameter order (a tuple: its fields are the statement's arguments)."""
 
     name: str
     at_most: timedelta
@@ -35,9 +35,8 @@ class AcquireOp:
     at_least: timedelta
 
 
-@dataclass(frozen=True, slots=True)
-class ReleaseOp:
-    """One release, in the statement's parameter order."""
+class ReleaseOp(NamedTuple):
+    """One release, in the statement's parameter order (a tuple: its fields are the statement's arguments)."""
 
     name: str
     token_hash: bytes

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import astuple
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -170,13 +169,13 @@ class LockStore:
 
     async def _one(self, operation: str, sql: str, op: AcquireOp | ReleaseOp) -> Any:
         """The single-name statement: its row, or None."""
-        rows = await self.fetch(operation, sql, *astuple(op))
+        rows = await self.fetch(operation, sql, *op)
         return rows[0] if rows else None
 
     async def _many(self, operation: str, sql: str, ops: Sequence[AcquireOp | ReleaseOp]) -> list[Any]:
         """The batched statement (arguments as arrays, one element per operation): each operation's row, None, or
         BUSY (its row was locked by another transaction)."""
-        rows = await self.fetch(operation, sql, *(list(column) for column in zip(*map(astuple, ops), strict=True)))
+        rows = await self.fetch(operation, sql, *(list(column) for column in zip(*ops, strict=True)))
         by_name = {row["name"]: row for row in rows}
         return [BUSY if (row := by_name.get(op.name)) is not None and row["ok"] is None else row for op in ops]
 
