@@ -54,7 +54,7 @@ def free(row: str, slot: str) -> str:
 class _Operands:
     """How a statement names its operation's values: ``col`` is a value's expression (``$2::interval`` for one
     operation; ``i.at_most`` for a batch, whose arrays are the relation ``input i``); ``with_input`` is that CTE,
-    ``from_input`` and ``join_input`` what reads it."""
+    ``join_input`` what reads it."""
 
     many: bool
     columns: tuple[str, ...]
@@ -75,10 +75,6 @@ class _Operands:
             return ""
         arrays = ", ".join(f"${n}::{t}[]" for n, t in enumerate(self.types, 1))
         return f"input AS (SELECT *, {self.slot} AS slot FROM unnest({arrays}) AS u({', '.join(self.columns)})),"
-
-    @property
-    def from_input(self) -> str:
-        return " FROM input i" if self.many else ""
 
     def join_input(self, alias: str) -> str:
         return f" JOIN input i ON i.name = {alias}.name" if self.many else ""
@@ -116,21 +112,19 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
     )
     slot = o.col("slot")
     # Batched: the rows to take over are locked first, in name order, skipping any another transaction has locked.
+    # (A batch has no slot, so the rule needs no input: the rows are found by name alone.)
     claim = (
         f"""claim AS MATERIALIZED (
-          SELECT c.name FROM {table} c JOIN input i ON i.name = c.name WHERE {free("c", slot)}
-          ORDER BY c.name FOR NO KEY UPDATE OF c SKIP LOCKED),"""
+          SELECT c.name FROM {table} c WHERE c.name {o.names} AND {free("c", o.slot)}
+          ORDER BY c.name FOR NO KEY UPDATE SKIP LOCKED),"""
         if many
         else ""
     )
-    # Single: insert unless the snapshot shows the row taken (then the refusal only reads). Batched: take over only
-    # the rows claimed above. A row seen free but not claimed is another's, and a name with no row yet is left to
-    # a statement of its own (an insert may wait on another's uncommitted insert of the name): both are busy.
-    insert_if = (
-        "i.name IN (SELECT name FROM claim)"
-        if many
-        else f"NOT EXISTS (SELECT FROM seen s WHERE NOT ({free('s', slot)}))"
-    )
+    # Single: insert unless the snapshot shows the row taken (then the refusal only reads). Batched: update only the
+    # rows claimed above (they exist and this statement holds them: no insert, no conflict to resolve, one trigger
+    # call per row). A row seen free but not claimed is another's, and a name with no row yet is left to a statement
+    # of its own (an insert may wait on another's uncommitted insert of the name): both are busy.
+    insert_if = f"NOT EXISTS (SELECT FROM seen s WHERE NOT ({free('s', slot)}))"
     if slotted:
         insert_if += f" AND {slot} IS NOT NULL"
     refused = f"CASE WHEN NOT ({free('s', slot)}) THEN false END" if many else "false"
@@ -148,22 +142,31 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
     else:
         nothing_seen = ""
     at_most, at_least = f"{NOW} + {o.col('at_most')}", o.col("at_least")
-    values = ", ".join([o.col("name"), at_most, NOW, o.col("locked_by"), o.col("token_hash"), at_least, slot])
-    return f"""
-        WITH {pick}
-        {o.with_input}
-        seen AS (SELECT {ROW} FROM {table} WHERE name {o.names}),
-        {claim}
-        taken AS (
+    values = [o.col("name"), at_most, NOW, o.col("locked_by"), o.col("token_hash"), at_least, slot]
+    if many:  # the claimed rows exist and are this statement's: a plain update takes them over
+        assigned = ", ".join(f"{c.strip()} = {v}" for c, v in zip(_WRITTEN.split(",")[1:], values[1:], strict=True))
+        take = f"""
+          UPDATE {table} AS l SET {assigned}
+          FROM input i
+          WHERE l.name = i.name AND l.name IN (SELECT name FROM claim) AND {free("l", slot)}
+          RETURNING {row_of("l")}"""
+    else:
+        take = f"""
           INSERT INTO {table} AS l ({_WRITTEN})
-          SELECT {values}{o.from_input}
-          WHERE {insert_if}{" ORDER BY i.name" if many else ""}
+          SELECT {", ".join(values)}
+          WHERE {insert_if}
           ON CONFLICT (name) DO UPDATE SET
             lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by,
             lease_token_hash = EXCLUDED.lease_token_hash, lock_at_least_for = EXCLUDED.lock_at_least_for,
             slot = EXCLUDED.slot
           WHERE {free("l", "EXCLUDED.slot")}
-          RETURNING {ROW})
+          RETURNING {ROW}"""
+    return f"""
+        WITH {pick}
+        {o.with_input}
+        seen AS (SELECT {ROW} FROM {table} WHERE name {o.names}),
+        {claim}
+        taken AS ({take})
         SELECT true AS ok, {ROW}, {NOW} AS db_time{picked} FROM taken
         UNION ALL
         SELECT {refused}, {row_of("s")}, {NOW}{picked} FROM seen s{o.join_input("s")}
