@@ -136,6 +136,15 @@ async def test_release_and_extend_need_a_token(client: httpx.AsyncClient, name: 
         assert r.status_code == 422 and r.json()["error"]["field"] == "token"
 
 
+@pytest.mark.parametrize("completed", [0, 1, "true", "false", None, "yes"])
+async def test_completed_is_a_json_boolean(client: httpx.AsyncClient, name: str, completed: Any) -> None:
+    token = (await acquire(client, name, "1m")).json()["token"]
+    r = await client.post(f"/v1/locks/{name}/release", json={"token": token, "completed": completed})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "completed", r.text
+    still = await client.get(f"/v1/locks/{name}")
+    assert still.json()["held"] is True  # refused before the store: the lease is untouched
+
+
 async def test_extend_checks_its_window(client: httpx.AsyncClient, name: str) -> None:
     lease = (await acquire(client, name, "1m")).json()
     r = await client.post(

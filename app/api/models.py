@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StrictBool, WithJsonSchema
 
 from app.locking.durations import DurationError, parse_duration
 from app.locking.names import CONTROL_CHARS, HOLDER_MAX
@@ -118,7 +118,8 @@ class AcquireRequest(_Body):
 
 class ReleaseRequest(_Body):
     token: str = Field(min_length=1, max_length=256, description="The lease token returned by acquire.")
-    completed: bool = Field(
+    # Strict: 0, 1, "yes" or "false" (a string) are refused, so a caller's mistake never decides a slot.
+    completed: StrictBool = Field(
         default=True,
         description="For a lease with a slot: true (the job finished) records the slot as the name's last "
         "completed slot; false (it failed) leaves the tick open for another run. A later release changes nothing.",
