@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ import pytest
 from bench import compare
 from bench.__main__ import _parser
 from bench.about import redact_url
-from bench.loadgen import parse_samples
-from bench.stats import latency_summary, percentile
+from bench.loadgen import Load, parse_samples
+from bench.stats import Phase, combine, latency_summary, percentile
 from bench.targets import evaluate
 
 pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
@@ -165,6 +166,21 @@ def test_wrk_samples_are_parsed_per_operation() -> None:
     summary = phase.summary()
     assert summary["cycles"] == 2 and summary["cycles_per_s"] == 1.0 and summary["errors"] == 0
     assert summary["held_fraction"] == round(1 / 3, 3)
+
+
+def test_a_split_load_shares_its_clients_and_keeps_their_ids() -> None:
+    load = Load("own", 5, 1, names=10, prefix="p-")
+    assert [(part.clients, part.first_client, part.all_clients) for part in load.split(2)] == [(3, 0, 5), (2, 3, 5)]
+    assert load.split(1) == [replace(load, of_clients=5)] and load.all_clients == 5
+
+
+def test_phases_at_the_same_time_add_up() -> None:
+    first = Phase(seconds=2.0, acquire_us=[1.0], counts={"acq_ok": 4, "rel_ok": 4}, loadgen_cpu_s=0.5, http_requests=8)
+    second = Phase(seconds=2.1, acquire_us=[2.0], counts={"rel_ok": 2, "acq_held": 1}, http_requests=5)
+    both = combine([first, second])
+    assert (both.seconds, both.acquire_us, both.http_requests, both.loadgen_cpu_s) == (2.1, [1.0, 2.0], 13, 0.5)
+    assert both.counts == {"acq_ok": 4, "rel_ok": 6, "acq_held": 1}
+    assert combine([first]) is first
 
 
 def test_database_password_is_redacted() -> None:
