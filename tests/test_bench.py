@@ -82,6 +82,21 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         _latency(data["list"][page]["get"])
     assert data["table_rows"] >= data["config"]["list_rows"]
 
+    # Scaling: one process, `serve --workers 2` and two replicas on the table (the load split), in turns.
+    for variant in ("uncontended", "contended"):
+        scaling = data["scaling"][variant]
+        for side in ("one", "workers", "replicas"):
+            (run,) = scaling[side]["runs"]
+            _run_figures(run, contended=variant == "contended")  # uncontended: the replicas' names are disjoint
+            assert 0 < run["db_cpu_us_per_cycle"] < run["cpu_us_per_cycle"] and run["machine_cores_busy"] > 0
+        assert scaling["ratio_workers"]["of_medians"] > 0 and scaling["ratio_replicas"]["of_medians"] > 0
+        # Two servers' trees: a supervisor and two workers, or two processes, hold more memory than one.
+        for side in ("workers", "replicas"):
+            assert scaling[side]["runs"][0]["server_rss_mb"] > scaling["one"]["runs"][0]["server_rss_mb"]
+    assert data["scaling"]["contended"]["replicas"]["runs"][0]["counts"]["acq_held"] > 0
+    for label in ("workers-2", "replica-2"):  # each served requests
+        assert "schedlock.access" in output.with_suffix(f".{label}.server.log").read_text()
+
     assert 10 < data["server_rss_mb_idle"] <= data["server_rss_mb_max"]
     assert set(data["targets"]) == {
         "throughput_ratio",
@@ -92,8 +107,16 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         "latency_acquire_p99_ms",
         "list_first_page_p99_ms",
         "server_rss_mb",
+        "scaling_workers",
+        "scaling_replicas",
     }
-    assert all(t["value"] is not None and t["met"] in (True, False) for t in data["targets"].values())
+    targets = data["targets"].values()
+    assert all(t["value"] is not None and t["met"] in (True, False) for t in targets if t["target"] != "reported")
+    for key in ("scaling_workers", "scaling_replicas"):  # reported, not judged
+        assert (
+            re.fullmatch(r"\d+\.\d\d / \d+\.\d\d", data["targets"][key]["value"])
+            and data["targets"][key]["met"] is None
+        )
     assert data["machine"]["cores"] >= 1 and data["load_generator"].startswith("wrk")
 
     # The started server required an API token, and every request above carried one (none counted as an error).
@@ -104,6 +127,10 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
 
     for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS", "peer: etcd 3."):
         assert heading in result.stdout
+    table = result.stdout.split("SCALING")[1].split("LATENCY")[0]
+    for side in ("one process", "serve --workers 2", "2 replicas"):
+        assert len(re.findall(re.escape(side) + r".*? +[\d,]+ +\d", table)) == 2, table  # uncontended, contended
+    assert re.search(r"2 replicas \(one table\) ÷ one process.*reported +\d+\.\d\d / \d+\.\d\d", result.stdout)
     for variant in ("uncontended", "contended"):
         table = result.stdout.split(f"{variant} (")[1]
         assert re.search(r"etcd \(JSON gateway\) +[\d,]+ ", table)
