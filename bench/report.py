@@ -43,7 +43,7 @@ def _scaling(scaling: dict[str, Any], c: dict[str, Any]) -> list[str]:
     lines = [
         "",
         f"SCALING: two server processes against one, in turns, {c['seconds']} s x {c['scaling_repeat']} runs "
-        "(median [min-max])",
+        f"(median [min-max]; the phase took {scaling['seconds']:.0f} s)",
         f"  {'':<26}{'cycles/s':<24}{'x one':<7}{'server+Postgres us/cycle':<26}{'machine busy':<14}"
         f"{'acquire p50/p90/p99 ms':<24}{'errors':<7}",
     ]

@@ -197,13 +197,16 @@ class _Bench:
     def scaling(self, logs: Path) -> dict[str, Any]:
         """Two server processes against one: ``serve --workers 2``, and this server with a second replica on its
         table (the load split between them), in turns with this server alone."""
+        started = time.monotonic()
         with scaling.servers(self.server, logs) as (workers, replica):
             sides: dict[str, Callable[[Load], Phase]] = {
                 "one": self._http,
                 "workers": lambda load: self._http(load, [workers]),
                 "replicas": lambda load: self._http(load, [self.server, replica]),
             }
-            return {"sides": scaling.SIDES, **self._in_turns(sides, self.c.scaling_repeat, scaling.RATIOS)}
+            figures = self._in_turns(sides, self.c.scaling_repeat, scaling.RATIOS)
+        # What the phase adds to a run: the servers' start and stop, the warm-ups and the runs.
+        return {"sides": scaling.SIDES, **figures, "seconds": round(time.monotonic() - started, 1)}
 
     def latency(self) -> dict[str, Any]:
         c = self.c

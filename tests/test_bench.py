@@ -94,6 +94,7 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         for side in ("workers", "replicas"):
             assert scaling[side]["runs"][0]["server_rss_mb"] > scaling["one"]["runs"][0]["server_rss_mb"]
     assert data["scaling"]["contended"]["replicas"]["runs"][0]["counts"]["acq_held"] > 0
+    assert data["scaling"]["seconds"] > 6 * data["config"]["seconds"]
     for label in ("workers-2", "replica-2"):  # each served requests
         assert "schedlock.access" in output.with_suffix(f".{label}.server.log").read_text()
 
