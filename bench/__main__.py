@@ -66,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list-rate", type=float, default=d.list_rate, help="list requests/s (%(default)s)")
     p.add_argument("--list-clients", type=int, default=d.list_clients)
     p.add_argument("--list-seconds", type=int, default=d.list_seconds)
+    p.add_argument(
+        "--scaling-repeat",
+        type=int,
+        default=d.scaling_repeat,
+        help="runs of each load on one process, `serve --workers 2` and 2 replicas, in turns (%(default)s)",
+    )
+    p.add_argument(
+        "--no-scaling", dest="scaling_repeat", action="store_const", const=0, help="no scaling phase (~1 minute)"
+    )
     p.add_argument("--skip-direct", action="store_true", help="HTTP only (no baseline, no ratio)")
     p.add_argument(
         "--peers",

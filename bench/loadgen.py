@@ -8,11 +8,11 @@ server and Postgres being measured.
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.stats import Phase
@@ -34,6 +34,24 @@ class Load:
     path: str = "/v1/locks"
     at_most: str = "30s"
     token: str | None = field(default=None, repr=False)  # API token to send; a secret: never written out
+    #: Part of a load split between wrk processes (``split``): this one's first client, and the clients of all.
+    first_client: int = 0
+    of_clients: int | None = None
+
+    @property
+    def all_clients(self) -> int:
+        return self.of_clients or self.clients
+
+    def split(self, parts: int) -> list[Load]:
+        """The load as ``parts`` loads to run at once, one wrk each: the clients shared out, each keeping its id,
+        so in mode "own" the names stay disjoint and the same as the whole load's, and every client's random
+        sequence differs."""
+        shares = [self.clients // parts + (i < self.clients % parts) for i in range(parts)]
+        firsts = [sum(shares[:i]) for i in range(parts)]
+        return [
+            replace(self, clients=n, first_client=f, of_clients=self.clients)
+            for n, f in zip(shares, firsts, strict=True)
+        ]
 
 
 def wrk_path() -> str:
@@ -52,33 +70,58 @@ def run_wrk(base_url: str, load: Load, protocol_env: dict[str, str] | None = Non
     """Run wrk once and return its samples; the CPU wrk used is measured from its rusage.
 
     ``protocol_env`` switches the script to another protocol than schedlock's API (see ``bench.etcd.wrk_env``)."""
-    if load.mode == "own" and load.names < load.clients:
-        raise ValueError(f"mode 'own' needs at least as many names ({load.names}) as clients ({load.clients})")
+    return run_wrks([(base_url, load)], protocol_env)[0]
+
+
+def run_wrks(runs: Sequence[tuple[str, Load]], protocol_env: dict[str, str] | None = None) -> list[Phase]:
+    """One wrk per (base URL, load), all at once; each one's samples, and the CPU it used (its own rusage)."""
+    for _, load in runs:
+        if load.mode == "own" and load.names < load.all_clients:
+            raise ValueError(f"mode 'own' needs at least as many names ({load.names}) as clients ({load.all_clients})")
     with tempfile.TemporaryDirectory(prefix="schedlock-bench-") as tmp:
-        out = Path(tmp) / "samples.txt"
-        env = {
-            **os.environ,
-            "BENCH_MODE": load.mode,
-            "BENCH_NAMES": str(load.names),
-            "BENCH_PREFIX": load.prefix,
-            "BENCH_THREADS": str(load.clients),
-            "BENCH_RATE": repr(load.rate),
-            "BENCH_PATH": load.path,
-            "BENCH_AT_MOST": load.at_most,
-            "BENCH_OUT": str(out),
-        }
-        if load.token:
-            env["BENCH_TOKEN"] = load.token
-        env.update(protocol_env or {})
-        command = [wrk_path(), "-t", str(load.clients), "-c", str(load.clients), "-d", f"{load.seconds}s"]
-        command += ["--timeout", "10s", "-s", str(SCRIPT), base_url]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if result.returncode != 0 or not out.exists():
-            raise RuntimeError(f"wrk failed ({result.returncode}): {result.stdout}{result.stderr}")
-        phase = parse_samples(out.read_text())
-    phase.loadgen_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        started: list[tuple[subprocess.Popen[bytes], Path]] = []
+        try:
+            for i, (base_url, load) in enumerate(runs):
+                started.append(_start(Path(tmp) / str(i), base_url, load, protocol_env or {}))
+            return [_finish(process, out) for process, out in started]
+        finally:
+            for process, _ in started:
+                if process.returncode is None:
+                    process.kill()
+                    process.wait()
+
+
+def _start(out: Path, base_url: str, load: Load, protocol_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Path]:
+    env = {
+        **os.environ,
+        "BENCH_MODE": load.mode,
+        "BENCH_NAMES": str(load.names),
+        "BENCH_PREFIX": load.prefix,
+        "BENCH_THREADS": str(load.all_clients),
+        "BENCH_FIRST_CLIENT": str(load.first_client),
+        "BENCH_RATE": repr(load.rate),
+        "BENCH_PATH": load.path,
+        "BENCH_AT_MOST": load.at_most,
+        "BENCH_OUT": str(out.with_suffix(".samples")),
+    }
+    if load.token:
+        env["BENCH_TOKEN"] = load.token
+    env.update(protocol_env)
+    command = [wrk_path(), "-t", str(load.clients), "-c", str(load.clients), "-d", f"{load.seconds}s"]
+    command += ["--timeout", "10s", "-s", str(SCRIPT), base_url]
+    with out.with_suffix(".log").open("wb") as log:  # wrk's own report (on failure, its errors)
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), out
+
+
+def _finish(process: subprocess.Popen[bytes], out: Path) -> Phase:
+    # wait4, not RUSAGE_CHILDREN: with several wrk at once, each one's CPU is its own.
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    samples = out.with_suffix(".samples")
+    if process.returncode != 0 or not samples.exists():
+        raise RuntimeError(f"wrk failed ({process.returncode}): {out.with_suffix('.log').read_text()}")
+    phase = parse_samples(samples.read_text())
+    phase.loadgen_cpu_s = usage.ru_utime + usage.ru_stime
     return phase
 
 

@@ -38,6 +38,32 @@ def _cpu_per_cycle(v: dict[str, Any]) -> list[str]:
     return [f"  {'CPU per cycle, us':<26}" + "; ".join(parts)] if parts else []
 
 
+def _scaling(scaling: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """Two server processes against one, side by side: the figures of each load, and each side's ratio to one."""
+    lines = [
+        "",
+        f"SCALING: two server processes against one, in turns, {c['seconds']} s x {c['scaling_repeat']} runs "
+        f"(median [min-max]; the phase took {scaling['seconds']:.0f} s)",
+        f"  {'':<26}{'cycles/s':<24}{'x one':<7}{'server+Postgres us/cycle':<26}{'machine busy':<14}"
+        f"{'acquire p50/p90/p99 ms':<24}{'errors':<7}",
+    ]
+    ratios = {"one": None, "workers": "ratio_workers", "replicas": "ratio_replicas"}
+    for label in ("uncontended", "contended"):
+        v = scaling[label]
+        lines.append(f"{label} ({v['names']} names)")
+        for side, title in scaling["sides"].items():
+            s = v[side]
+            ratio = f"{v[ratios[side]]['of_medians']:.2f}" if ratios[side] else "1"
+            cpu, db = s.get("cpu_us_per_cycle"), s.get("db_cpu_us_per_cycle")
+            cost = f"{cpu['median']:,.0f} (Postgres {db['median']:,.0f})" if cpu and db else "-"
+            busy = f"{s['machine_cores_busy']['median']:.2f} cores" if s.get("machine_cores_busy") else "-"
+            lines.append(
+                f"  {title:<26}{_rate(s['cycles_per_s']):<24}{ratio:<7}{cost:<26}{busy:<14}{_lat(s['acquire']):<24}"
+                f"{s['errors']:<7}"
+            )
+    return lines
+
+
 def _peer_line(etcd: dict[str, Any]) -> str:
     if etcd["lease"] == "exact":
         how = "a lease per acquisition: acquire = grant + txn, release = txn + revoke (+ revoke when held)"
@@ -94,6 +120,8 @@ def render(results: dict[str, Any]) -> str:
             if key in v:
                 r = v[key]
                 lines.append(f"  {title:<26}{r['of_medians']:.2f} (per-run {r['min']:.2f}-{r['max']:.2f})")
+    if "scaling" in results:
+        lines += _scaling(results["scaling"], c)
     lat = results["latency"]
     lines += ["", f"LATENCY at {lat['rate_target']:g} cycles/s ({lat['clients']} clients, paced)"]
     for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):
@@ -121,8 +149,10 @@ def render(results: dict[str, Any]) -> str:
     ]
     for t in results["targets"].values():
         verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        if t["target"] == "reported":
+            verdict = "" if t["value"] is not None else verdict
         note = "" if t["comparable"] else " (this run's settings differ from the target's)"
-        lines.append(f"  {t['what']:<66}{t['target']:<8}{t['value']!s:<10}{verdict}{note}")
+        lines.append(f"  {t['what']:<74}{t['target']:<9}{t['value']!s:<12}{verdict}{note}".rstrip())
     if "profile" in results:
         lines += ["", f"PROFILE: {results['profile']['flamegraph']}"]
     return "\n".join(lines)

@@ -9,19 +9,19 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.db.schema import qualified_name
-from bench import about, target
+from bench import about, scaling, target
 from bench import etcd as etcd_peer
-from bench.dbcpu import BackendsCpu
 from bench.direct import run_direct
-from bench.loadgen import Load, run_wrk, wrk_version
+from bench.loadgen import Load, wrk_version
+from bench.measure import measure
 from bench.stats import Phase
-from bench.summary import SIDES, compare, max_rss
+from bench.summary import RATIOS, SIDES, compare, max_rss
 from bench.targets import evaluate
 
 
@@ -56,6 +56,7 @@ class Config:
     peers: list[str] = field(default_factory=default_peers)  # "etcd", or none
     etcd_lease: str = "exact"  # bench.etcd.LEASE_MODES
     etcd_dir: str | None = None  # parent of etcd's data directory (default: the system's temp directory)
+    scaling_repeat: int = 1  # runs of each load on one process, 2 workers and 2 replicas; 0: no scaling phase
     profile: bool = False
     auth: bool = True  # the started server requires an API token (as any non-loopback deployment does)
 
@@ -99,6 +100,10 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
         results["throughput"] = bench.throughput()
         if etcd is not None:
             results["peers"]["etcd"]["rss_mb_max"] = bench.etcd_rss_mb
+        if config.scaling_repeat and server.process is not None:
+            results["scaling"] = bench.scaling(output)
+        elif config.scaling_repeat:
+            say("scaling: skipped (it starts servers like the one it measures: not with --url)")
         results["latency"] = bench.latency()
         results["list"] = bench.listing()
         if config.profile:
@@ -133,11 +138,11 @@ class _Bench:
         self.prefix = prefix
         self.say = say
 
-    def _http(self, load: Load) -> Phase:
-        with target.ProcessWatch(self.server.pid) as watch, BackendsCpu(self.c.database_url, self.server.pid) as db:
-            phase = run_wrk(self.server.url, replace(load, token=self.token))
-        phase.server_cpu_s, phase.server_rss_mb, phase.db_cpu_s = watch.cpu_s, watch.rss_mb, db.cpu_s
-        phase.machine_cpu_s = watch.machine_cpu_s
+    def _http(self, load: Load, servers: Sequence[target.Server] = ()) -> Phase:
+        """The load on the server, or split between ``servers`` at once (one wrk each, the clients shared)."""
+        servers = servers or [self.server]
+        runs = list(zip(servers, replace(load, token=self.token).split(len(servers)), strict=True))
+        phase = measure(self.c.database_url, runs)
         target.expire_bench_leases(self.c.database_url, self.sql_table, self.prefix)
         return phase
 
@@ -145,10 +150,10 @@ class _Bench:
         """The same load on etcd; its process's CPU is the "server" CPU of the phase (there is no database)."""
         assert self.etcd is not None
         at_most_s = int(load.at_most.removesuffix("s"))  # Load.at_most is written "<n>s"
-        with target.ProcessWatch(self.etcd.pid) as watch:
-            phase = run_wrk(self.etcd.url, load, etcd_peer.wrk_env(self.c.etcd_lease, at_most_s))
-        phase.server_cpu_s, phase.machine_cpu_s = watch.cpu_s, watch.machine_cpu_s
-        self.etcd_rss_mb = max(self.etcd_rss_mb or 0.0, watch.rss_mb or 0.0)
+        etcd = target.Server(self.etcd.url, self.etcd.pid)
+        phase = measure(None, [(etcd, load)], etcd_peer.wrk_env(self.c.etcd_lease, at_most_s))
+        # etcd's RSS is kept apart (peers), not taken for the server's.
+        self.etcd_rss_mb, phase.server_rss_mb = max(self.etcd_rss_mb or 0.0, phase.server_rss_mb or 0.0), None
         self.etcd.reset()
         return phase
 
@@ -157,27 +162,51 @@ class _Bench:
         target.expire_bench_leases(self.c.database_url, self.sql_table, self.prefix)
         return phase
 
-    def throughput(self) -> dict[str, Any]:
+    def _loads(self) -> dict[str, Load]:
         c = self.c
-        variants = {
+        return {
             "uncontended": Load("own", c.clients, c.seconds, c.names, self.prefix),
             "contended": Load("random", c.clients, c.seconds, c.contended_names, self.prefix),
         }
-        run_side = {"http": self._http, "direct": self._direct, "etcd": self._etcd}
-        sides = [s for s in SIDES if not (s == "direct" and c.skip_direct) and not (s == "etcd" and not self.etcd)]
+
+    def _in_turns(
+        self, sides: dict[str, Callable[[Load], Phase]], repeat: int, ratios: dict[str, tuple[str, str]]
+    ) -> dict[str, Any]:
+        """Each side warmed up, then each load on every side ``repeat`` times, the sides taking turns."""
+        c = self.c
         self.say(f"warm-up: {c.warmup_seconds} s each")
-        for side in sides:
-            run_side[side](Load("own", c.clients, c.warmup_seconds, c.names, self.prefix))
+        for run_side in sides.values():
+            run_side(Load("own", c.clients, c.warmup_seconds, c.names, self.prefix))
+        order = list(sides)
         out: dict[str, Any] = {}
-        for label, load in variants.items():
+        for label, load in self._loads().items():
             phases: dict[str, list[Phase]] = {side: [] for side in sides}
-            for i in range(c.repeat):
+            for i in range(repeat):
                 # Rotate which side goes first, so a drift in the machine's load does not favour one side.
-                for side in sides[i % len(sides) :] + sides[: i % len(sides)]:
-                    self.say(f"{label} {side} run {i + 1}/{c.repeat}: {load.clients} clients, {load.names} names")
-                    phases[side].append(run_side[side](load))
-            out[label] = compare(load, phases)
+                for side in order[i % len(order) :] + order[: i % len(order)]:
+                    self.say(f"{label} {side} run {i + 1}/{repeat}: {load.clients} clients, {load.names} names")
+                    phases[side].append(sides[side](load))
+            out[label] = compare(load, phases, ratios)
         return out
+
+    def throughput(self) -> dict[str, Any]:
+        run_side = {"http": self._http, "direct": self._direct, "etcd": self._etcd}
+        skip = {"direct": self.c.skip_direct, "etcd": not self.etcd}
+        return self._in_turns({s: run_side[s] for s in SIDES if not skip.get(s)}, self.c.repeat, RATIOS)
+
+    def scaling(self, logs: Path) -> dict[str, Any]:
+        """Two server processes against one: ``serve --workers 2``, and this server with a second replica on its
+        table (the load split between them), in turns with this server alone."""
+        started = time.monotonic()
+        with scaling.servers(self.server, logs) as (workers, replica):
+            sides: dict[str, Callable[[Load], Phase]] = {
+                "one": self._http,
+                "workers": lambda load: self._http(load, [workers]),
+                "replicas": lambda load: self._http(load, [self.server, replica]),
+            }
+            figures = self._in_turns(sides, self.c.scaling_repeat, scaling.RATIOS)
+        # What the phase adds to a run: the servers' start and stop, the warm-ups and the runs.
+        return {"sides": scaling.SIDES, **figures, "seconds": round(time.monotonic() - started, 1)}
 
     def latency(self) -> dict[str, Any]:
         c = self.c

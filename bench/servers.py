@@ -36,8 +36,8 @@ from app.db.schema import qualified_name
 from app.settings import Settings
 from bench import about, target
 from bench.database import HELP, database, default_url
-from bench.dbcpu import BackendsCpu
 from bench.loadgen import Load, run_wrk
+from bench.measure import measure
 from bench.run import _py_spy
 from bench.stats import spread
 from bench.summary import aggregate
@@ -124,9 +124,7 @@ def run(args: argparse.Namespace, variants: dict[str, list[str]], env: dict[str,
 
 def _measure(database_url: str, server: target.Server, load: Load, table: str, prefix: str) -> dict[str, Any]:
     loadavg = os.getloadavg()[0]
-    with target.ProcessWatch(server.pid) as watch, BackendsCpu(database_url, server.pid) as db:
-        phase = run_wrk(server.url, load)
-    phase.server_cpu_s, phase.server_rss_mb, phase.db_cpu_s = watch.cpu_s, watch.rss_mb, db.cpu_s
+    phase = measure(database_url, [(server, load)])
     target.expire_bench_leases(database_url, table, prefix)
     return {**phase.summary(), "loadavg_1m": round(loadavg, 2)}
 

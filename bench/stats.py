@@ -101,3 +101,23 @@ def spread(values: Sequence[float]) -> dict[str, float | None]:
     if not values:
         return {"median": None, "min": None, "max": None}
     return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+
+
+def combine(phases: Sequence[Phase]) -> Phase:
+    """Phases that ran at the same time (one wrk per server) as one: their counts and samples together, over the
+    longest one's duration. They start together and last the same ``-d``, so its cycles/s is their sum (short of it
+    by the few milliseconds the durations differ)."""
+    if len(phases) == 1:
+        return phases[0]
+    requests = [p.http_requests for p in phases if p.http_requests is not None]
+    out = Phase(
+        seconds=max(p.seconds for p in phases), http_requests=sum(requests) if len(requests) == len(phases) else None
+    )
+    for p in phases:
+        out.acquire_us += p.acquire_us
+        out.release_us += p.release_us
+        out.get_us += p.get_us
+        for key, value in p.counts.items():
+            out.counts[key] = out.counts.get(key, 0) + value
+        out.loadgen_cpu_s += p.loadgen_cpu_s
+    return out

@@ -13,15 +13,17 @@ SIDES = ("http", "direct", "etcd")
 RATIOS = {"ratio": ("http", "direct"), "ratio_etcd": ("http", "etcd")}
 
 
-def compare(load: Load, phases: dict[str, list[Phase]]) -> dict[str, Any]:
+def compare(load: Load, phases: dict[str, list[Phase]], ratios: dict[str, tuple[str, str]] = RATIOS) -> dict[str, Any]:
     """Every side's runs and medians; each ratio of the medians, with the spread of the per-run ratios
-    (run i of each side ran in the same round of the alternation)."""
-    summaries = {side: [p.summary() for p in phases.get(side, [])] for side in SIDES}
+    (run i of each side ran in the same round of the alternation). The sides: ``SIDES``, or the ``phases``
+    given, when they are others."""
+    sides = SIDES if set(phases) <= set(SIDES) else tuple(phases)
+    summaries = {side: [p.summary() for p in phases.get(side, [])] for side in sides}
     out: dict[str, Any] = {"clients": load.clients, "names": load.names, "mode": load.mode}
     for side, runs in summaries.items():
         if runs or side != "etcd":  # an older results file has no etcd at all; keep http and direct always
             out[side] = {"runs": runs, **aggregate(runs)}
-    for name, (top, bottom) in RATIOS.items():
+    for name, (top, bottom) in ratios.items():
         tops, bottoms = summaries[top], summaries[bottom]
         if not (tops and bottoms):
             continue

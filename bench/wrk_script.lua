@@ -9,7 +9,10 @@
 --                  random acquire->release cycles over names picked at random (contended when names are few)
 --                  get    GET BENCH_PATH again and again
 --   BENCH_NAMES    number of names; BENCH_PREFIX their prefix (names are PREFIX000000, PREFIX000001, ...)
---   BENCH_THREADS  number of clients (threads), to split names between them in mode "own"
+--   BENCH_THREADS  number of clients (threads), to split names between them in mode "own"; with the load split
+--                  between wrk processes (one per server), the clients of all of them
+--   BENCH_FIRST_CLIENT  the id of this process's first client (0 unless the load is split): client ids, and so
+--                  names in mode "own" and random sequences, are unique across the processes
 --   BENCH_RATE     per client: cycles (or GETs) per second on an absolute schedule; 0 or unset = closed loop
 --   BENCH_AT_MOST  lock_at_most_for of each acquire
 --   BENCH_TOKEN    API token for the Authorization header (unset: none sent)
@@ -55,6 +58,7 @@ local mode = os.getenv("BENCH_MODE") or "own"
 local names = tonumber(os.getenv("BENCH_NAMES") or "1")
 local prefix = os.getenv("BENCH_PREFIX") or "bench-"
 local nthreads = tonumber(os.getenv("BENCH_THREADS") or "1")
+local first_client = tonumber(os.getenv("BENCH_FIRST_CLIENT") or "0")
 local rate = tonumber(os.getenv("BENCH_RATE") or "0")
 local get_path = os.getenv("BENCH_PATH") or "/v1/locks"
 local acquire_body = '{"lock_at_most_for":"' .. (os.getenv("BENCH_AT_MOST") or "30s") .. '","holder":"bench"}'
@@ -87,7 +91,7 @@ end
 local threads = {}
 
 function setup(thread)
-  thread:set("id", #threads)
+  thread:set("id", first_client + #threads)
   table.insert(threads, thread)
 end
 

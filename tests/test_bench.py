@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ import pytest
 from bench import compare
 from bench.__main__ import _parser
 from bench.about import redact_url
-from bench.loadgen import parse_samples
-from bench.stats import latency_summary, percentile
+from bench.loadgen import Load, parse_samples
+from bench.stats import Phase, combine, latency_summary, percentile
 from bench.targets import evaluate
 
 pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
@@ -81,6 +82,22 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         _latency(data["list"][page]["get"])
     assert data["table_rows"] >= data["config"]["list_rows"]
 
+    # Scaling: one process, `serve --workers 2` and two replicas on the table (the load split), in turns.
+    for variant in ("uncontended", "contended"):
+        scaling = data["scaling"][variant]
+        for side in ("one", "workers", "replicas"):
+            (run,) = scaling[side]["runs"]
+            _run_figures(run, contended=variant == "contended")  # uncontended: the replicas' names are disjoint
+            assert 0 < run["db_cpu_us_per_cycle"] < run["cpu_us_per_cycle"] and run["machine_cores_busy"] > 0
+        assert scaling["ratio_workers"]["of_medians"] > 0 and scaling["ratio_replicas"]["of_medians"] > 0
+        # Two servers' trees: a supervisor and two workers, or two processes, hold more memory than one.
+        for side in ("workers", "replicas"):
+            assert scaling[side]["runs"][0]["server_rss_mb"] > scaling["one"]["runs"][0]["server_rss_mb"]
+    assert data["scaling"]["contended"]["replicas"]["runs"][0]["counts"]["acq_held"] > 0
+    assert data["scaling"]["seconds"] > 6 * data["config"]["seconds"]
+    for label in ("workers-2", "replica-2"):  # each served requests
+        assert "schedlock.access" in output.with_suffix(f".{label}.server.log").read_text()
+
     assert 10 < data["server_rss_mb_idle"] <= data["server_rss_mb_max"]
     assert set(data["targets"]) == {
         "throughput_ratio",
@@ -91,8 +108,16 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         "latency_acquire_p99_ms",
         "list_first_page_p99_ms",
         "server_rss_mb",
+        "scaling_workers",
+        "scaling_replicas",
     }
-    assert all(t["value"] is not None and t["met"] in (True, False) for t in data["targets"].values())
+    targets = data["targets"].values()
+    assert all(t["value"] is not None and t["met"] in (True, False) for t in targets if t["target"] != "reported")
+    for key in ("scaling_workers", "scaling_replicas"):  # reported, not judged
+        assert (
+            re.fullmatch(r"\d+\.\d\d / \d+\.\d\d", data["targets"][key]["value"])
+            and data["targets"][key]["met"] is None
+        )
     assert data["machine"]["cores"] >= 1 and data["load_generator"].startswith("wrk")
 
     # The started server required an API token, and every request above carried one (none counted as an error).
@@ -103,6 +128,10 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
 
     for heading in ("THROUGHPUT", "ratio HTTP / direct", "LATENCY", "LIST", "SERVER RSS", "TARGETS", "peer: etcd 3."):
         assert heading in result.stdout
+    table = result.stdout.split("SCALING")[1].split("LATENCY")[0]
+    for side in ("one process", "serve --workers 2", "2 replicas"):
+        assert len(re.findall(re.escape(side) + r".*? +[\d,]+ +\d", table)) == 2, table  # uncontended, contended
+    assert re.search(r"2 replicas \(one table\) ÷ one process.*reported +\d+\.\d\d / \d+\.\d\d", result.stdout)
     for variant in ("uncontended", "contended"):
         table = result.stdout.split(f"{variant} (")[1]
         assert re.search(r"etcd \(JSON gateway\) +[\d,]+ ", table)
@@ -165,6 +194,21 @@ def test_wrk_samples_are_parsed_per_operation() -> None:
     summary = phase.summary()
     assert summary["cycles"] == 2 and summary["cycles_per_s"] == 1.0 and summary["errors"] == 0
     assert summary["held_fraction"] == round(1 / 3, 3)
+
+
+def test_a_split_load_shares_its_clients_and_keeps_their_ids() -> None:
+    load = Load("own", 5, 1, names=10, prefix="p-")
+    assert [(part.clients, part.first_client, part.all_clients) for part in load.split(2)] == [(3, 0, 5), (2, 3, 5)]
+    assert load.split(1) == [replace(load, of_clients=5)] and load.all_clients == 5
+
+
+def test_phases_at_the_same_time_add_up() -> None:
+    first = Phase(seconds=2.0, acquire_us=[1.0], counts={"acq_ok": 4, "rel_ok": 4}, loadgen_cpu_s=0.5, http_requests=8)
+    second = Phase(seconds=2.1, acquire_us=[2.0], counts={"rel_ok": 2, "acq_held": 1}, http_requests=5)
+    both = combine([first, second])
+    assert (both.seconds, both.acquire_us, both.http_requests, both.loadgen_cpu_s) == (2.1, [1.0, 2.0], 13, 0.5)
+    assert both.counts == {"acq_ok": 4, "rel_ok": 6, "acq_held": 1}
+    assert combine([first]) is first
 
 
 def test_database_password_is_redacted() -> None:
