@@ -183,7 +183,7 @@ def counted_by(metrics_dir: Path, pid: int, name: str, **labels: str) -> float:
     if not path.exists():
         return 0.0
     total = 0.0
-    for key, count, _, _ in MmapedDict.read_all_values_from_file(str(path)):
+    for key, count, _, _ in MmapedDict.read_all_values_from_file(str(path)):  # type: ignore[no-untyped-call]
         _, sample, sample_labels, _ = json.loads(key)
         if sample == name and sample_labels == labels:
             total += count
