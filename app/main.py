@@ -36,6 +36,7 @@ from app.jobs.status import Jobs
 from app.jobs.store import JobStore
 from app.jobs.webhooks import Notifier, job_chores
 from app.locking.store import LockStore
+from app.ops import multiprocess
 from app.ops.metrics import Metrics
 from app.settings import Settings
 
@@ -78,7 +79,7 @@ def create_app(
     models are many objects, and a full collection walking them paused every request (docs/performance.md).
     ``authenticator``: one already built from these settings (``serve`` builds it first to check the exposure)."""
     settings = settings or Settings()
-    metrics = Metrics()
+    metrics = Metrics(shared=multiprocess.worker_dir())
     authenticator = authenticator or Authenticator(settings)
 
     @asynccontextmanager
@@ -127,7 +128,12 @@ def create_app(
             statements, skips, pruner, settings.history_flush_interval, settings.history_prune_interval.total_seconds()
         )
         try:
-            async with authenticator.reloading(), chores, job_chores(notifier, settings.jobs_check_interval):
+            async with (
+                authenticator.reloading(),
+                chores,
+                job_chores(notifier, settings.jobs_check_interval),
+                metrics.sampling(),
+            ):
                 yield
         finally:
             await close_pool(pool, settings.db_connect_timeout)

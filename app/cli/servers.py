@@ -3,7 +3,8 @@
 One process (the default) serves the app object ``serve`` built. With more, uvicorn's supervisor binds the port once
 and starts that many worker processes on it (a fresh interpreter each): every worker builds its own app from the
 ``SCHEDLOCK_*`` environment, which ``serve`` first sets to the settings it resolved (flags and the embedded
-database's URL included). Each worker has its own database pool and its own metrics (docs/operations.md). On
+database's URL included). Each worker has its own database pool; their metrics are shared in a private directory
+the supervisor creates and removes (app.ops.multiprocess), so any worker's ``/metrics`` answers for all. On
 SIGTERM the supervisor sends SIGTERM to each worker, which shuts down gracefully, and returns once all have exited;
 ``serve`` then stops the embedded database, if it started one. A worker that fails at start-up stops them all, and
 ``serve`` exits with status 3, as one process does.
@@ -14,13 +15,17 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from app.auth.authenticator import Authenticator
+from app.ops import multiprocess
 from app.ops.logs import configure_logging
 from app.settings import Settings
 
@@ -61,25 +66,55 @@ def run(settings: Settings, authenticator: Authenticator) -> None:
     installed. Python's default handler would end the process at once: before ``serve`` stops the embedded
     Postgres, and before the log lines of the last turn of the event loop are written (app.ops.logs holds them
     until the turn ends). Every process that runs a uvicorn server therefore exits through SystemExit instead."""
-    from app.main import create_app
-
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     options = uvicorn_options(settings)
     if settings.workers == 1:
+        # One process keeps its metrics in memory (the cheaper path). prometheus-client decides when first imported
+        # (by app.main): a directory named for its multiprocess mode would make it write every value to files.
+        os.environ.pop(multiprocess.ENV, None)
+        from app.main import create_app
+
         uvicorn.run(create_app(settings, freeze_gc=True, authenticator=authenticator), **options)
         return
-    from uvicorn.supervisors import Multiprocess
-
     os.environ.update(settings.environ())
-    # uvicorn.run(WORKER_APP, workers=N) does these three steps with a plain Config.
-    config = WorkerConfig(WORKER_APP, factory=True, workers=settings.workers, **options)
-    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
-    supervisor.run()
+    with multiprocess.private_dir() as metrics_dir:
+        # uvicorn.run(WORKER_APP, workers=N) does these three steps with a plain Config.
+        config = WorkerConfig(WORKER_APP, factory=True, workers=settings.workers, **options)
+        supervisor = Supervisor(config, sockets=[config.bind_socket()], metrics_dir=metrics_dir)
+        supervisor.run()
     # A worker that failed before it served (its lifespan raised: a database that does not exist, say) stops the
     # supervisor, which then returns as if asked to stop. Exit as one process does after a failed start-up, so an
     # orchestrator sees the failure rather than a clean exit.
     if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
         raise SystemExit(STARTUP_FAILURE)
+
+
+class Supervisor(Multiprocess):
+    """uvicorn's supervisor, which also tells the shared metrics when a worker has exited (died and replaced, or
+    retired by SIGHUP or SIGTTOU), so that its live gauges leave the server's sums."""
+
+    def __init__(self, config: uvicorn.Config, sockets: list[socket.socket], metrics_dir: Path) -> None:
+        super().__init__(config, sockets)
+        self.metrics_dir = metrics_dir
+        self._pids: set[int] = set()
+
+    def init_processes(self) -> None:
+        super().init_processes()
+        self._forget_exited()
+
+    def keep_subprocess_alive(self) -> None:
+        super().keep_subprocess_alive()
+        self._forget_exited()
+
+    def handle_signals(self) -> None:
+        super().handle_signals()
+        self._forget_exited()
+
+    def _forget_exited(self) -> None:
+        pids = {p.pid for p in self.processes if p.pid is not None}
+        for pid in self._pids - pids:
+            multiprocess.forget(pid, self.metrics_dir)
+        self._pids = pids
 
 
 class WorkerConfig(uvicorn.Config):

@@ -10,16 +10,19 @@ The jobs' metrics (docs/jobs.md) are the one exception to "no lock name in a lab
 name of a registered job (not ``job``: Prometheus sets that label on every series it scrapes, and would rename
 ours ``exported_job``). That set is bounded by what write tokens register on purpose, not by what clients
 invent. They are computed on scrape too, with the same cache: every job's state, from one page of jobs and one
-statement for their runs. ``schedlock_job_ticks_total`` counts the ticks this process saw decided, from its first
+statement for their runs. ``schedlock_job_ticks_total`` counts the ticks the server saw decided, from its first
 scrape on.
+
+With more than one worker process (``serve --workers N``) the values are shared between the workers in files
+(app.ops.multiprocess), so that ``/metrics`` answers for the whole server; one worker keeps them in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -32,24 +35,23 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from app import __version__
+from app.background import every
 from app.db.runner import STATEMENT_OPERATIONS
 from app.errors import SchedlockError, StorageUnavailable
-from app.jobs.model import JOB_STATES
 from app.jobs.status import Jobs, JobStatus
 from app.locking.store import LockStore
+from app.ops import multiprocess
+from app.ops.job_metrics import count_ticks, job_families
 
 # The *_created series double what Prometheus stores and no query here needs them. (A process-wide switch.)
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 #: Lock operations sub-millisecond to seconds: finer at the low end than Prometheus' default buckets.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-#: The tick states schedlock_job_ticks_total counts: those a tick keeps once decided.
-DECIDED_STATES = ("completed", "failed", "timed_out", "missed")
 
 #: Every outcome each lock operation can have; all are exported from the start (at 0) so rate() works at once.
 LOCK_OUTCOMES: dict[str, tuple[str, ...]] = {
@@ -58,14 +60,24 @@ LOCK_OUTCOMES: dict[str, tuple[str, ...]] = {
     "extend": ("extended", "not_holder", "not_found", "invalid", "denied", "error"),
 }
 
+POOL_HELP = "Open database connections of the server (all its worker processes), busy or idle."
+POOL_MAX_HELP = "The most connections the server may open: SCHEDLOCK_POOL_MAX_SIZE per worker process."
+#: How often each of several workers writes its pool's figures for the others' scrapes.
+POOL_SAMPLE_SECONDS = 1.0
+
 
 class Metrics:
-    """The metrics of one app. Tests create many apps, so each has its own registry (never the global one)."""
+    """The metrics of one app. Tests create many apps, so each has its own registry (never the global one).
 
-    def __init__(self, held_locks_max_age: float = 5.0) -> None:
+    ``shared``: the directory the worker processes of one server share their metrics in (app.ops.multiprocess), or
+    None for one process. Shared values live in files, read at scrapes by MultiProcessCollector rather than through
+    the registry."""
+
+    def __init__(self, held_locks_max_age: float = 5.0, shared: str | None = None) -> None:
         self.registry = CollectorRegistry()
         self.held_locks_max_age = held_locks_max_age
-        r = self.registry
+        self.shared = shared
+        r = None if shared else self.registry
         self.requests = Counter(
             "schedlock_http_requests", "HTTP requests served.", ["method", "route", "status"], registry=r
         )
@@ -97,12 +109,28 @@ class Metrics:
             registry=r,
         )
         Gauge(
-            "schedlock_build_info", "Always 1; the version label says which build runs.", ["version"], registry=r
+            "schedlock_build_info",
+            "Always 1; the version label says which build runs.",
+            ["version"],
+            multiprocess_mode="livemax",
+            registry=r,
         ).labels(__version__).set(1)
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        GCCollector(registry=r)
-        r.register(_StateCollector(self))
+        self._pool_gauges: tuple[Any, Any, Any] | None = None
+        if shared:
+            self.registry.register(multiprocess.collector(shared))
+            self.registry.register(multiprocess.ServerProcesses())
+            # livesum: the live workers' pools, added up (a worker that exited leaves the sum: multiprocess.forget)
+            pool = Gauge("schedlock_db_pool_connections", POOL_HELP, ["state"], multiprocess_mode="livesum", registry=r)
+            pool_max = Gauge(
+                "schedlock_db_pool_max_connections", POOL_MAX_HELP, multiprocess_mode="livesum", registry=r
+            )
+            self._pool_gauges = (pool.labels("busy"), pool.labels("idle"), pool_max)
+        else:
+            # Each worker's garbage collector is its own: with several, python_gc_* could not be summed honestly.
+            ProcessCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        self.registry.register(_StateCollector(self))
 
         self._outcomes = {
             (op, outcome): self.lock_operations.labels(op, outcome)
@@ -125,6 +153,31 @@ class Metrics:
     def watch(self, pool: Any, store: LockStore, jobs: Jobs | None = None) -> None:
         """Report on this pool, this store's table and its jobs (called by the lifespan once they exist)."""
         self.pool, self.store, self.jobs = pool, store, jobs
+        self.sample_pool()
+
+    def sample_pool(self) -> None:
+        """Write this worker's pool figures where the other workers' scrapes read them (shared metrics only: one
+        process reads its pool when scraped)."""
+        if self._pool_gauges is None or self.pool is None:
+            return
+        busy, idle, most = self._pool_gauges
+        size, free = self.pool.get_size(), self.pool.get_idle_size()
+        busy.set(size - free)
+        idle.set(free)
+        most.set(self.pool.get_max_size())
+
+    @contextlib.asynccontextmanager
+    async def sampling(self) -> AsyncIterator[None]:
+        """While entered, the pool's figures are written every POOL_SAMPLE_SECONDS (shared metrics only)."""
+        if self._pool_gauges is None:
+            yield
+            return
+
+        async def sample() -> None:
+            self.sample_pool()
+
+        async with every(POOL_SAMPLE_SECONDS, sample, "metrics: pool sample"):
+            yield
 
     # The hot path: label children are looked up once and cached (labels() costs more than inc/observe).
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
@@ -149,6 +202,7 @@ class Metrics:
     def exposition(self, accept: str) -> tuple[bytes, str]:
         """The registry in the format ``accept`` asks for (OpenMetrics or Prometheus text), and its content type."""
         encoder, content_type = choose_encoder(accept)
+        self.sample_pool()  # the scraped worker's own figures, exact
         return encoder(self.registry), content_type
 
     async def refresh_held_locks(self) -> None:
@@ -184,44 +238,32 @@ class Metrics:
         self._count_ticks(statuses)
 
     def _count_ticks(self, statuses: list[JobStatus]) -> None:
-        """Count the ticks decided since the last reading (the first reading only sets where counting starts)."""
-        for status in statuses:
-            name = status.job.name
-            decided = [t for t in status.ticks if t.state not in ("pending", "running")]
-            counted = self._ticks_counted.get(name)
-            for state in DECIDED_STATES:
-                self.job_ticks.setdefault((name, state), 0)
-            if status.state == "paused":  # raises nothing: its ticks are not counted, now or once resumed
-                self._ticks_counted[name] = max([t.at for t in status.ticks] or [counted or datetime.min])
-                continue
-            if counted is not None:
-                for tick in decided:
-                    if tick.at > counted:
-                        self.job_ticks[name, tick.state] += 1
-            if decided:
-                self._ticks_counted[name] = max(decided[-1].at, counted or decided[-1].at)
-            elif counted is None:
-                self._ticks_counted[name] = datetime.min  # nothing decided yet: count every tick from now on
-        gone = {name for name, _ in self.job_ticks} - {s.job.name for s in statuses}
-        for name, state in [key for key in self.job_ticks if key[0] in gone]:
-            del self.job_ticks[name, state]
-        for name in gone:
-            self._ticks_counted.pop(name, None)
+        if self.shared is None:
+            count_ticks(statuses, self.job_ticks, self._ticks_counted)
+            return
+        with multiprocess.shared_ticks(self.shared) as (ticks, counted):
+            count_ticks(statuses, ticks, counted)
+
+    def ticks(self) -> dict[tuple[str, str], int]:
+        """The ticks counted so far: this process's, or the server's when shared (whichever worker read them)."""
+        return self.job_ticks if self.shared is None else multiprocess.read_ticks(self.shared)
 
 
 class _StateCollector:
-    """Gauges read at scrape time: pool usage, and the held-lock count cached by ``refresh_held_locks``."""
+    """Gauges read at scrape time: pool usage (of one process; several workers share theirs in files), and the
+    held-lock count cached by ``refresh_held_locks``."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
     def describe(self) -> Iterable[Metric]:
-        return list(self._families())
+        pool_open, pool_max, held = self._families()
+        return [held] if self._metrics.shared else [pool_open, pool_max, held]
 
     def collect(self) -> Iterable[Metric]:
         m = self._metrics
         pool_open, pool_max, held = self._families()
-        if m.pool is not None:
+        if m.pool is not None and m.shared is None:
             size, idle = m.pool.get_size(), m.pool.get_idle_size()
             pool_open.add_metric(["busy"], size - idle)
             pool_open.add_metric(["idle"], idle)
@@ -231,50 +273,14 @@ class _StateCollector:
             held.add_metric([], m.held_locks)
             yield held
         if m.job_statuses is not None:
-            yield from _job_families(m.job_statuses, m.job_ticks)
+            yield from job_families(m.job_statuses, m.ticks())
 
     @staticmethod
     def _families() -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(
-            "schedlock_db_pool_connections",
-            "Open database connections of this process, busy or idle.",
-            labels=["state"],
-        )
-        yield GaugeMetricFamily("schedlock_db_pool_max_connections", "The most connections this process may open.")
+        yield GaugeMetricFamily("schedlock_db_pool_connections", POOL_HELP, labels=["state"])
+        yield GaugeMetricFamily("schedlock_db_pool_max_connections", POOL_MAX_HELP)
         yield GaugeMetricFamily(
             "schedlock_locks_held",
             "Locks whose lock_until is in the future by the database clock, in the whole table (Java rows too). "
             "The same for every replica: aggregate with max(), not sum().",
         )
-
-
-def _job_families(statuses: list[JobStatus], ticks: dict[tuple[str, str], int]) -> Iterator[Metric]:
-    up = GaugeMetricFamily(
-        "schedlock_job_up", "1 unless the job is down (docs/jobs.md); paused jobs are 1.", labels=["job_name"]
-    )
-    state = GaugeMetricFamily(
-        "schedlock_job_state",
-        "1 for the job's state (up, late, down, paused, new), 0 for the others.",
-        labels=["job_name", "state"],
-    )
-    completed = GaugeMetricFamily(
-        "schedlock_job_last_completed_timestamp_seconds",
-        "When the job's last completed run ended (Unix time, database clock); absent before its first.",
-        labels=["job_name"],
-    )
-    counted = CounterMetricFamily(
-        "schedlock_job_ticks",
-        "Ticks this process saw decided, by state (completed, failed, timed_out, missed), since it started. The same "
-        "on every replica: aggregate with max(), not sum().",
-        labels=["job_name", "state"],
-    )
-    for status in statuses:
-        name = status.job.name
-        up.add_metric([name], 0 if status.state == "down" else 1)
-        for s in JOB_STATES:
-            state.add_metric([name, s], 1 if s == status.state else 0)
-        if status.last_completed_at is not None:
-            completed.add_metric([name], status.last_completed_at.replace(tzinfo=UTC).timestamp())
-    for (name, s), n in sorted(ticks.items()):
-        counted.add_metric([name, s], n)
-    yield from (up, state, completed, counted)
