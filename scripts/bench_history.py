@@ -67,9 +67,13 @@ def record(label: str, state: str, value: tuple[float, float], units: tuple[str,
 
 
 def backend_cpu_s(pid: int) -> float:
-    """User + system CPU seconds a Postgres backend (on this machine) has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds a Postgres backend (on this machine) has used: from the scheduler's nanoseconds where the kernel
+    keeps them (/proc/<pid>/schedstat), else user + system time in clock ticks (10 ms: coarse for short blocks)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def parent_pid(pid: int) -> int:

@@ -1,7 +1,7 @@
 """What each lock statement costs Postgres, against ShedLock's own plain statements: printed, not asserted
 (docs/performance.md, "Coalescing").
 
-    .venv/bin/python scripts/bench_statements.py [--database-url URL] [--rounds 5] [--locks 2048]
+    .venv/bin/python scripts/bench_statements.py [--database-url URL] [--rounds 5] [--locks 2048] [--against REV]
 
 On one table migrated to head (history trigger on), one connection, the statements prepared: blocks of ``--locks``
 lock cycles (acquire + release of a free name) and of refused acquires (a held name), for
@@ -9,12 +9,17 @@ lock cycles (acquire + release of a free name) and of refused acquires (a held n
 - ShedLock: Java's JdbcTemplateLockProvider statements with usingDbTime() (insert-or-take-over, then unlock);
 - schedlock, one name per statement: the store's acquire and release;
 - schedlock, 16 names per statement: the store's batched acquire and release (app.coalescing.batches);
+- both again with a token's name in ``locked_by``, as a server with API tokens writes it (the history reads it);
 - refused, before and after this round: ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (which locks the row it
   refuses) against the store's acquire, which refuses from its snapshot.
 
 Per lock: the CPU of the Postgres backend serving the connection (from /proc: the database must run on this
 machine) and the WAL written (the insert position's advance: right only while nobody else writes to the cluster).
 Rounds alternate the order of the variants; the median of the rounds is printed.
+
+``--against REV`` measures a second table, migrated only to schema revision REV (e.g. ``0004``), on a connection of
+its own: each block runs on both tables in turn, in alternating order, and the change's figure is the median of
+the rounds' ratios head ÷ REV, which a machine's drifting load disturbs less than either side's median.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from alembic import command
+
 from app.db import migrate
 from app.db.statements import close_pool, create_pool
-from app.locking.leases import hash_token, new_token, released_marker
+from app.locking.leases import hash_token, new_locked_by, new_token, released_marker
 from app.locking.rows import NOW
 from app.locking.store import LockStore
 from app.settings import Settings
@@ -43,6 +50,8 @@ from scripts.bench_history import backend_cpu_s
 
 BATCH = 16
 AT_MOST = timedelta(minutes=5)
+#: What a server with API tokens writes as locked_by (app.locking.leases.new_locked_by).
+WITH_TOKEN = new_locked_by("bench", "bench-token")
 
 
 def shedlock_sql(table: str) -> tuple[str, str]:
@@ -92,22 +101,22 @@ class Variants:
             await self.conn.execute(acquire, name, 300.0, "java-host")
             await self.conn.execute(unlock, name, 0.0, "java-host")
 
-    async def single_cycles(self) -> None:
+    async def single_cycles(self, locked_by: str = "bench") -> None:
         for name in self.names("one"):
             token = new_token()
-            args = (name, AT_MOST, "bench", hash_token(token), timedelta(0))
+            args = (name, AT_MOST, locked_by, hash_token(token), timedelta(0))
             await self.conn.fetch(self.store.sql.acquire, *args)
             h = hash_token(token)
             await self.conn.fetch(self.store.sql.release, name, h, released_marker(h), True)
 
-    async def batched_cycles(self) -> None:
+    async def batched_cycles(self, locked_by: str = "bench") -> None:
         names = self.names("many")
         for at in range(0, len(names), BATCH):
             group = names[at : at + BATCH]
             hashes = [hash_token(new_token()) for _ in group]
             n = len(group)
             await self.conn.fetch(
-                self.store.sql.acquire_many, group, [AT_MOST] * n, ["bench"] * n, hashes, [timedelta(0)] * n
+                self.store.sql.acquire_many, group, [AT_MOST] * n, [locked_by] * n, hashes, [timedelta(0)] * n
             )
             await self.conn.fetch(
                 self.store.sql.release_many, group, hashes, [released_marker(h) for h in hashes], [True] * n
@@ -127,29 +136,61 @@ async def measure(conn: Any, pid: int, work: Callable[[], Awaitable[None]], lock
     return cpu / locks * 1e6, float(wal) / locks
 
 
-async def run(args: argparse.Namespace, settings: Settings) -> None:
-    pool = await create_pool(settings)
-    conn = await pool.acquire(5.0)
-    store = LockStore.over(pool, settings.table_name, settings.table_schema, 5.0)
-    pid = conn.get_server_pid()
-    for i in range(4):  # the held names the refusals find
-        await conn.fetch(store.sql.acquire, f"held-{i}", timedelta(hours=1), "holder", b"h" * 32, timedelta(0))
-    variants = Variants(store, conn, args.locks)
-    plan: dict[str, Callable[[], Awaitable[None]]] = {
-        "cycle: ShedLock (Java's statements)": variants.shedlock_cycles,
-        "cycle: schedlock, one name per statement": variants.single_cycles,
-        f"cycle: schedlock, {BATCH} names per statement": variants.batched_cycles,
-        "refused: INSERT ... ON CONFLICT (before)": lambda: variants.refused(locking_refusal_sql(store.table)),
-        "refused: schedlock's acquire (now)": lambda: variants.refused(store.sql.acquire),
-    }
-    await variants.seed()
-    results: dict[str, list[tuple[float, float]]] = {label: [] for label in plan}
-    labels = list(plan)
-    for r in range(args.rounds):
-        order = labels if r % 2 == 0 else labels[::-1]
-        for label in order:
-            results[label].append(await measure(conn, pid, plan[label], args.locks))
-            print(f"# round {r + 1}: {label}: {results[label][-1][0]:.0f} µs", file=sys.stderr)
+class Table:
+    """One table's connection and variants: ``plan`` maps each label to its block."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def open(self, locks: int) -> None:
+        self.pool = await create_pool(self.settings)
+        self.conn = await self.pool.acquire(5.0)
+        self.pid = self.conn.get_server_pid()
+        s = self.settings
+        store = LockStore.over(self.pool, s.table_name, s.table_schema, 5.0)
+        for i in range(4):  # the held names the refusals find
+            await self.conn.fetch(store.sql.acquire, f"held-{i}", timedelta(hours=1), "holder", b"h" * 32, timedelta(0))
+        variants = Variants(store, self.conn, locks)
+        self.plan: dict[str, Callable[[], Awaitable[None]]] = {
+            "cycle: ShedLock (Java's statements)": variants.shedlock_cycles,
+            "cycle: schedlock, one name per statement": variants.single_cycles,
+            f"cycle: schedlock, {BATCH} names per statement": variants.batched_cycles,
+            "cycle: schedlock, one name, a token's name": lambda: variants.single_cycles(WITH_TOKEN),
+            f"cycle: schedlock, {BATCH} names, a token's name": lambda: variants.batched_cycles(WITH_TOKEN),
+            "refused: INSERT ... ON CONFLICT (before)": lambda: variants.refused(locking_refusal_sql(store.table)),
+            "refused: schedlock's acquire (now)": lambda: variants.refused(store.sql.acquire),
+        }
+        await variants.seed()
+
+    async def close(self) -> None:
+        self.pool.release(self.conn)
+        await close_pool(self.pool, 5.0)
+
+
+async def run(args: argparse.Namespace, settings: Settings, against: Settings | None) -> None:
+    tables = [Table(settings)] + ([Table(against)] if against is not None else [])
+    for table in tables:
+        await table.open(args.locks)
+    labels = list(tables[0].plan)
+    results: list[dict[str, list[tuple[float, float]]]] = [{label: [] for label in labels} for _ in tables]
+    try:
+        for r in range(args.rounds):
+            for label in labels if r % 2 == 0 else labels[::-1]:
+                for t in range(len(tables)) if r % 2 == 0 else reversed(range(len(tables))):
+                    table = tables[t]
+                    results[t][label].append(await measure(table.conn, table.pid, table.plan[label], args.locks))
+                figures = ", ".join(f"{res[label][-1][0]:.0f} µs" for res in results)
+                print(f"# round {r + 1}: {label}: {figures}", file=sys.stderr)
+    finally:
+        for table in tables:
+            await table.close()
+    if against is None:
+        report(labels, results[0])
+    else:
+        report_against(labels, results[0], results[1], args.against)
+
+
+def report(labels: list[str], results: dict[str, list[tuple[float, float]]]) -> None:
     base = statistics.median(cpu for cpu, _ in results[labels[0]])
     print(f"{'per lock (median of rounds)':<48} {'Postgres CPU':>14} {'÷ ShedLock':>11} {'WAL':>11}")
     for label in labels:
@@ -157,8 +198,21 @@ async def run(args: argparse.Namespace, settings: Settings) -> None:
         wal = statistics.median(w for _, w in results[label])
         ratio = cpu / base if base else float("nan")  # a block too short for /proc's 10 ms ticks reads 0
         print(f"{label:<48} {cpu:>11,.0f} µs {ratio:>11.2f} {wal:>7,.0f} B")
-    pool.release(conn)
-    await close_pool(pool, 5.0)
+
+
+def report_against(
+    labels: list[str], head: dict[str, list[tuple[float, float]]], old: dict[str, list[tuple[float, float]]], rev: str
+) -> None:
+    print(
+        f"{'per lock (median of rounds)':<48} {'CPU, head':>12} {'CPU, ' + rev:>12} {'head ÷ ' + rev:>11} "
+        f"{'WAL, head':>11} {'WAL, ' + rev:>11}"
+    )
+    for label in labels:
+        cpu = [statistics.median(c for c, _ in side[label]) for side in (head, old)]
+        wal = [statistics.median(w for _, w in side[label]) for side in (head, old)]
+        ratios = [h / o for (h, _), (o, _) in zip(head[label], old[label], strict=True) if o]
+        ratio = statistics.median(ratios) if ratios else float("nan")
+        print(f"{label:<48} {cpu[0]:>9,.0f} µs {cpu[1]:>9,.0f} µs {ratio:>11.3f} {wal[0]:>9,.0f} B {wal[1]:>9,.0f} B")
 
 
 def main() -> int:
@@ -166,19 +220,26 @@ def main() -> int:
     parser.add_argument("--database-url", default=default_url(), help=HELP)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--locks", type=int, default=2048, help="lock cycles (or refusals) per block")
+    parser.add_argument("--against", metavar="REV", help="also measure a table at this schema revision, e.g. 0004")
     args = parser.parse_args()
     with database(args.database_url) as args.database_url:
         return _run_all(args)
 
 
 def _run_all(args: argparse.Namespace) -> int:
-    schema = f"bench_statements_{uuid.uuid4().hex[:8]}"
-    settings = Settings(database_url=args.database_url, table=f"{schema}.shedlock")  # type: ignore[arg-type]
-    migrate.upgrade(settings)
+    schemas = [f"bench_statements_{uuid.uuid4().hex[:8]}"]
+    settings = Settings(database_url=args.database_url, table=f"{schemas[0]}.shedlock")  # type: ignore[arg-type]
+    against = None
     try:
-        asyncio.run(run(args, settings))
+        migrate.upgrade(settings)
+        if args.against:
+            schemas.append(f"bench_statements_{uuid.uuid4().hex[:8]}")
+            against = Settings(database_url=args.database_url, table=f"{schemas[1]}.shedlock")  # type: ignore[arg-type]
+            command.upgrade(migrate.alembic_config(against), args.against)
+        asyncio.run(run(args, settings, against))
     finally:
-        target.drop_schema(args.database_url, schema)
+        for schema in schemas:
+            target.drop_schema(args.database_url, schema)
     return 0
 
 
