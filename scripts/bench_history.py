@@ -134,7 +134,8 @@ def pgbench_scripts(store: LockStore, workdir: Path) -> dict[str, Path]:
         return " ".join(sql.split()) + ";\n"  # pgbench reads one statement per line
 
     own = "('pg-' || :client_id || '-' || :n)"
-    release = store.sql.release.replace("$3", "$M").replace("$2", "$4")  # the hash is the acquire's $4
+    # The release's $4 (completed) first, then its hash ($2) becomes the acquire's $4.
+    release = store.sql.release.replace("$4", "true").replace("$3", "$M").replace("$2", "$4")
     release = release.replace("$M", "decode(md5($1 || 'r') || md5($1 || 'r'), 'hex')")
     scripts = {
         "cycle": "\\set n random(1, 1024)\n" + statement(store.sql.acquire, own) + statement(release, own),

@@ -5,17 +5,18 @@ capturing regular expression (docs/performance.md, "Run history").
   ``INSERT ... ON CONFLICT`` drew one for its proposed row either way), now without calling it. An INSERT that
   names ``fencing_token`` keeps its value; neither schedlock nor ShedLock names it.
 - 0001's fencing trigger and 0003's slot trigger fire only for an UPDATE whose ``SET`` names a column they act on
-  (``UPDATE OF``): an acquisition sets ``locked_at`` and ``locked_by``; a release, an extend, a force-release and
+  (``UPDATE OF``; the fencing trigger also for one that sets ``fencing_token``, which its function puts back): an
+  acquisition sets ``locked_at`` and ``locked_by``; a release, an extend, a force-release and
   Java's unlock and extend set neither, so they no longer call the fencing function or evaluate the slot
   trigger's ``WHEN``. Only those columns changing made either do anything, and no other trigger changes them,
   so the rows come out the same. Their functions stay 0001's and 0003's.
 - 0002's run function is unchanged but for the token name (``token_name`` below).
 
 Each trigger costs a statement about as much whether its ``WHEN`` is false or its function is called: Postgres
-prepares a trigger's ``WHEN`` once per statement, so a ``WHEN`` only pays off over many rows. A column list is
-checked for nothing. Three other shapes were measured and not kept (docs/performance-journal.md, 2026-12-02): the
-run history as statement triggers over transition tables (one call per statement, but called for refused acquires
-too), and split into row triggers told apart by ``WHEN`` clauses.
+prepares a trigger's ``WHEN`` once per statement, so a ``WHEN`` only pays off over many rows. A column list costs
+nothing to check. Other shapes were measured and not kept (docs/performance-journal.md, 2026-12-02): the run
+history as statement triggers over transition tables (one call per statement, but called for refused acquires
+too), or split into row triggers told apart by ``WHEN`` clauses, and the fencing trigger gated by a ``WHEN``.
 
 Nothing is rewritten: the default is a catalog change and the triggers are replaced in this migration's
 transaction, so no lock change goes unrecorded. The downgrade restores 0001's, 0002's and 0003's triggers.
