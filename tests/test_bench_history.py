@@ -4,14 +4,14 @@ type, and every run with pgbench aborted unnoticed)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import asyncpg
 import pytest
+
+from tests.support.databases import schemas_left
 
 ROOT = Path(__file__).parent.parent
 
@@ -32,12 +32,4 @@ def test_the_history_benchmark_runs_pgbench_and_leaves_nothing_behind(database_u
     assert len(pgbench) == 2, done.stdout  # the cycles and the refused acquires
     for label in pgbench:  # transactions per second, each side: pgbench ran and reported
         assert all(float(tps.replace(",", "")) > 0 for tps in re.findall(r"([\d,.]+) /s", rows[label])), rows[label]
-    assert asyncio.run(schemas_left(database_url)) == 0
-
-
-async def schemas_left(database_url: str) -> int:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return int(await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench_hist_%'"))
-    finally:
-        await conn.close()
+    assert schemas_left(database_url, "bench_hist_") == 0

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import asyncpg
 import pytest
+
+from tests.support.databases import schemas_left
 
 ROOT = Path(__file__).parent.parent
 
@@ -39,7 +39,7 @@ def test_the_statement_benchmark_prints_every_variant_and_leaves_nothing_behind(
     rows = [line for line in out.splitlines() if re.search(r"\d µs +(\d+\.\d\d|nan) +[\d,]+ B$", line)]
     assert [re.split(r" {2,}", row)[0] for row in rows] == LABELS, out
     assert rows[0].split()[-3] in ("1.00", "nan")  # the baseline against itself (nan: too short to read)
-    assert asyncio.run(schemas_left(database_url)) == 0
+    assert schemas_left(database_url, "bench_statements_") == 0
 
 
 @pytest.mark.system
@@ -48,12 +48,4 @@ def test_against_an_older_revision_it_prints_both_and_their_ratio(database_url: 
     rows = [line for line in out.splitlines() if re.search(r"\d µs +(\d+\.\d{3}|nan) +[\d,]+ B +[\d,]+ B$", line)]
     assert [re.split(r" {2,}", row)[0] for row in rows] == LABELS, out
     assert "head ÷ 0004" in out.splitlines()[0]
-    assert asyncio.run(schemas_left(database_url)) == 0
-
-
-async def schemas_left(database_url: str) -> int:
-    conn = await asyncpg.connect(database_url)
-    try:
-        return int(await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'bench_statements_%'"))
-    finally:
-        await conn.close()
+    assert schemas_left(database_url, "bench_statements_") == 0

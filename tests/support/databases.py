@@ -52,3 +52,17 @@ async def wait_for_lock_wait(conn: Any, application_name: str = "schedlock", wit
     ):
         assert time.monotonic() < deadline, "no statement of the service ever waited for the row"
         await asyncio.sleep(0.02)
+
+
+def schemas_left(database_url: str, prefix: str) -> int:
+    """How many schemas whose name starts with ``prefix`` the database still has (a benchmark script's own schemas
+    must all be dropped when it ends)."""
+
+    async def count() -> int:
+        conn = await asyncpg.connect(database_url)
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM pg_namespace WHERE starts_with(nspname, $1)", prefix))
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
