@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-seconds", type=int, default=2)
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--names", type=int, default=1024)
+    p.add_argument(
+        "--mode",
+        choices=("own", "random"),
+        default="own",
+        help="own: each client its own names (uncontended); random: names drawn at random (contended when few)",
+    )
     p.add_argument("--profile", action="store_true", help="then a py-spy flame graph of each variant")
     p.add_argument("--output", type=Path, help="JSON file to write (default: bench/results/servers-<time>.json)")
     return p
@@ -101,9 +107,9 @@ def run(args: argparse.Namespace, variants: dict[str, list[str]], env: dict[str,
     }
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
     with _servers(args.database_url, run_id, prefix, variants, env, output) as (servers, token, table):
-        load = Load("own", args.clients, args.seconds, args.names, prefix, token=token)
+        load = Load(args.mode, args.clients, args.seconds, args.names, prefix, token=token)
         for server in servers.values():
-            run_wrk(server.url, Load("own", args.clients, args.warmup_seconds, args.names, prefix, token=token))
+            run_wrk(server.url, Load(args.mode, args.clients, args.warmup_seconds, args.names, prefix, token=token))
             target.expire_bench_leases(args.database_url, table, prefix)
         labels = list(variants)
         for i in range(args.rounds):

@@ -220,6 +220,34 @@ async def test_idle_means_nothing_waits() -> None:
     assert script.statements == [["a"], ["b"], ["c"]]
 
 
+async def test_operations_that_arrive_in_one_turn_of_the_loop_go_together_at_once() -> None:
+    script = Script()
+    batches: Batches[Op, str] = Batches(script.one, script.many)  # the pool is idle: nothing holds them back
+    results = await asyncio.gather(*submit(batches, "a", "b", "c"))
+    assert results == ["a!!", "b!!", "c!!"]
+    assert script.statements == [["a", "b", "c"]]
+    assert (batches.batches, batches.batched) == (1, 3)
+
+
+async def test_one_name_twice_in_one_turn_goes_in_two_statements_one_after_the_other() -> None:
+    script = Script()
+    batches: Batches[Op, str] = Batches(script.one, script.many)
+    results = await asyncio.gather(*submit(batches, "b", "b#2", "c"))
+    assert results == ["b!!", "b#2!", "c!!"]
+    assert script.statements == [["b", "c"], ["b#2"]]
+
+
+async def test_the_first_of_a_turn_gone_before_its_statement_leaves_the_others_answered() -> None:
+    script = Script()
+    batches: Batches[Op, str] = Batches(script.one, script.many)
+    first, *rest = submit(batches, "a", "b", "c")
+    await asyncio.sleep(0)  # a lets the others join it, and is cancelled while it does
+    first.cancel()
+    assert await asyncio.wait_for(asyncio.gather(*rest), 2) == ["b!!", "c!!"]
+    assert first.cancelled()
+    assert script.statements == [["b", "c"]]
+
+
 async def test_while_every_connection_is_lent_arrivals_wait_for_a_statement_to_finish() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()

@@ -2,7 +2,9 @@
 arrive wait, and go together as one statement over arrays when it is done: one round trip, one transaction, one
 WAL flush for many locks (group commit, as databases do while the log is busy). docs/performance.md, "Coalescing".
 
-- A caller that finds no statement of its kind in flight runs its own at once: at low load nothing waits.
+- A caller that finds no statement of its kind in flight lets the event loop's turn end first (one pass of the
+  ready callbacks, ``sleep(0)``): the operations that arrive in that turn, from requests read in the same poll,
+  join it in one statement. Alone, it then runs its own: at low load nothing waits but that pass.
 - A statement in flight for OVERDUE no longer holds anyone back (a stuck database, a lost connection): what waits
   goes at once, side by side, and later callers do not wait for it at all. So no caller waits more than OVERDUE
   after the statement it queued behind started, however slow that statement is. While every connection of the pool
@@ -84,16 +86,31 @@ class Batches(Generic[Op, R]):
         self._young = 0  # statements in flight for less than OVERDUE: they hold back what arrives
         self._names: set[str] = set()  # names in a statement in flight
         self._pending: list[tuple[Op, asyncio.Future[R]]] = []
+        self._leading = False  # an operation is letting this turn's others join it
         self._tasks: set[asyncio.Task[None]] = set()
         #: Statements run, and operations they carried (batched ones only), what the tests look at.
         self.batches = 0
         self.batched = 0
 
     async def submit(self, op: Op) -> R:
+        """``op``'s result, from its own statement or a batched one, as early as the rules above allow."""
+        if self._leading or self._pending or op.name in self._names or self._held_back():
+            waiter: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+            self._pending.append((op, waiter))
+            return await waiter
+        self._leading = True  # until the turn ends, what arrives joins this operation
+        try:
+            await asyncio.sleep(0)
+        except BaseException:  # gone before its statement: what joined it goes without it
+            self._leading = False
+            self._dispatch()
+            raise
+        self._leading = False
         if not self._pending and op.name not in self._names and not self._held_back():
             return await self._own(op)
-        waiter: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._pending.append((op, waiter))
+        waiter = asyncio.get_running_loop().create_future()
+        self._pending.insert(0, (op, waiter))
+        self._dispatch()
         return await waiter
 
     def _held_back(self) -> bool:
