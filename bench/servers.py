@@ -1,12 +1,13 @@
 """``python -m bench.servers``: the same app on several HTTP servers (or server settings), side by side.
 
-Every variant serves schedlock's app with the same settings on one table (the same pool size, an API token sent
-on every request, as ``python -m bench`` does); they all run at once and take turns under the same load: wrk's
+Every variant serves schedlock's app with the same settings on one table (the same pool size, an API token sent on
+every request, as ``python -m bench`` does) and takes turns with the others under the same load: wrk's
 uncontended acquire → release cycles (``bench/wrk_script.lua``), one variant at a time, the order rotating every
-round. For each run: cycles/s, the server's CPU per request (its whole process tree: a supervisor, its workers,
-a Rust server's threads), the CPU of the Postgres backends serving it, per cycle, and the load average. Each
-figure's median and spread over the rounds, and each variant's per-round ratio to the first variant's run of
-the same round (paired, so a drift in the machine's load cancels out). docs/performance.md, "The HTTP server".
+round, each run on a server started for it (after a warm-up). For each run: cycles/s, the server's CPU per request
+(its whole process tree: a supervisor, its workers, a Rust server's threads), the CPU of the Postgres backends
+serving it, per cycle, and the load average. Each figure's median and spread over the rounds, and each variant's
+per-round ratio to the first variant's run of the same round (paired, so a drift in the machine's load cancels out).
+docs/performance.md, "The HTTP server".
 
 A variant is ``LABEL=COMMAND``; ``{python}`` and ``{port}`` in the command are filled in, and ``SCHEDLOCK_*``
 variables point it at the table. ``app.cli.servers:worker_app`` is the app as ``serve`` builds it, for another
@@ -26,6 +27,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -106,21 +108,28 @@ def run(args: argparse.Namespace, variants: dict[str, list[str]], env: dict[str,
         "variants": {label: shlex.join(command) for label, command in variants.items()},
     }
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
-    with _servers(args.database_url, run_id, prefix, variants, env, output) as (servers, token, table):
-        load = Load(args.mode, args.clients, args.seconds, args.names, prefix, token=token)
-        for server in servers.values():
-            run_wrk(server.url, Load(args.mode, args.clients, args.warmup_seconds, args.names, prefix, token=token))
-            target.expire_bench_leases(args.database_url, table, prefix)
+    load = Load(args.mode, args.clients, args.seconds, args.names, prefix, token="")
+    with _table(args.database_url, run_id, prefix, env, output) as (start, token, table):
+        load = replace(load, token=token)
+        warmup = replace(load, seconds=args.warmup_seconds)
         labels = list(variants)
         for i in range(args.rounds):
             for label in labels[i % len(labels) :] + labels[: i % len(labels)]:
                 print(f"# round {i + 1}/{args.rounds}: {label}", file=sys.stderr, flush=True)
-                runs[label].append(_measure(args.database_url, servers[label], load, table, prefix))
+                # A server of its own each round: a process's luck (measured: identical servers started side by side
+                # kept 1.2-1.35 x apart for a whole run) is drawn again every round instead of staying with a variant.
+                with start(label, variants[label]) as server:
+                    run_wrk(server.url, warmup)
+                    target.expire_bench_leases(args.database_url, table, prefix)
+                    runs[label].append({**_measure(args.database_url, server, load, table, prefix), "pid": server.pid})
         if args.profile:
-            results["profiles"] = {
-                label: _profile(args.database_url, server, load, table, prefix, output.with_suffix(f".{label}.svg"))
-                for label, server in servers.items()
-            }
+            profiles = {}
+            for label, command in variants.items():
+                with start(label, command) as server:
+                    run_wrk(server.url, warmup)
+                    svg = output.with_suffix(f".{label}.svg")
+                    profiles[label] = _profile(args.database_url, server, load, table, prefix, svg)
+            results["profiles"] = profiles
     results["runs"] = runs
     results["summary"] = summarise(runs)
     results["finished_at"] = about.now()
@@ -191,23 +200,29 @@ def _profile(
 
 
 @contextlib.contextmanager
-def _servers(
-    database_url: str, run_id: str, prefix: str, variants: dict[str, list[str]], env: dict[str, str], output: Path
-) -> Iterator[tuple[dict[str, target.Server], str, str]]:
-    """Every variant started on one migrated table of a schema of its own; all stopped and the schema dropped."""
+def _table(
+    database_url: str, run_id: str, prefix: str, env: dict[str, str], output: Path
+) -> Iterator[tuple[Callable[[str, list[str]], contextlib.AbstractContextManager[target.Server]], str, str]]:
+    """One migrated table in a schema of its own, and a way to start a variant on it (stopped when its block ends);
+    the schema dropped at the end."""
     schema = f"bench_{run_id}"
     token, tokens = target.bench_token(prefixes=[prefix])
     env = {**env, "SCHEDLOCK_TOKENS": tokens}
-    servers: dict[str, target.Server] = {}
     with contextlib.ExitStack() as stack:
         stack.callback(target.drop_schema, database_url, schema)
         # Migrated here, once: the variants are started without --migrate (other servers would not know how).
         migrate.upgrade(Settings(database_url=SecretStr(database_url), table=f"{schema}.shedlock"))
-        for label, command in variants.items():
-            log = stack.enter_context(output.with_suffix(f".{label}.log").open("wb"))
-            servers[label] = target.start_server(database_url, f"{schema}.shedlock", env, log, command)
-            stack.callback(target.stop_server, servers[label])
-        yield servers, token, qualified_name("shedlock", schema)
+
+        @contextlib.contextmanager
+        def start(label: str, command: list[str]) -> Iterator[target.Server]:
+            with output.with_suffix(f".{label}.log").open("ab") as log:
+                server = target.start_server(database_url, f"{schema}.shedlock", env, log, command)
+                try:
+                    yield server
+                finally:
+                    target.stop_server(server)
+
+        yield start, token, qualified_name("shedlock", schema)
 
 
 if __name__ == "__main__":

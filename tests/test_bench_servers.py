@@ -25,6 +25,7 @@ def test_two_variants_alternate_and_each_is_measured_whole(
     assert data["variants"]["uvicorn-2-workers"].endswith("--workers 2")
     for label, runs in data["runs"].items():
         assert len(runs) == 2
+        assert len({run["pid"] for run in runs}) == 2, runs  # each round on a server started for it
         for run in runs:
             assert run["cycles_per_s"] > 0 and run["errors"] == 0, run
             assert run["server_cpu_us_per_request"] > 0 and run["db_cpu_us_per_cycle"] > 0, (label, run)
