@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.summary import what_waits
+from bench.targets import server_processes
+
 
 def _ms(figure: dict[str, Any] | None) -> str:
     return "-" if not figure or figure.get("median") is None else f"{figure['median']:.2f}"
@@ -115,6 +118,9 @@ def render(results: dict[str, Any]) -> str:
             lines.append(
                 f"  {'whole machine busy':<26}{machine['http']['median']:.2f} cores during schedlock's runs{etcd}"
             )
+        waits = what_waits(v["http"], results["machine"].get("cores") or 0, server_processes(results))
+        if waits:
+            lines.append(f"  {'what waits':<26}{waits}")
         lines += _cpu_per_cycle(v)
         for key, title in (("ratio", "ratio HTTP / direct"), ("ratio_etcd", "ratio schedlock / etcd")):
             if key in v:
@@ -152,6 +158,8 @@ def render(results: dict[str, Any]) -> str:
         if t["target"] == "reported":
             verdict = "" if t["value"] is not None else verdict
         note = "" if t["comparable"] else " (this run's settings differ from the target's)"
+        if t["met"] is False and t.get("what_waits"):
+            note += f"; what waits: {t['what_waits'].split(':')[0]}"
         lines.append(f"  {t['what']:<74}{t['target']:<9}{t['value']!s:<12}{verdict}{note}".rstrip())
     if "profile" in results:
         lines += ["", f"PROFILE: {results['profile']['flamegraph']}"]

@@ -52,7 +52,36 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["server_cores_busy"] = spread(busy) if busy else None
     machine = [r["machine_cores_busy"] for r in runs if r.get("machine_cores_busy") is not None]
     out["machine_cores_busy"] = spread(machine) if machine else None
+    postgres = [r["db_cpu_s"] / r["seconds"] for r in runs if r.get("db_cpu_s") is not None and r["seconds"]]
+    out["postgres_cores_busy"] = spread(postgres) if postgres else None
+    loadgen = [r["loadgen_cpu_s"] / r["seconds"] for r in runs if r.get("loadgen_cpu_s") is not None and r["seconds"]]
+    out["loadgen_cores_busy"] = spread(loadgen) if loadgen else None
     return out
+
+
+#: A process this busy (of the cores it can use) is taken as the one that waits: it has no time for more work.
+SATURATED = 0.85
+
+
+def what_waits(side: dict[str, Any], cores: int, processes: int = 1) -> str | None:
+    """Where the cores went during a side's runs at saturation, and what the callers waited for: the machine (no
+    core idle), the server's processes (each a Python process, on one core at a time), or neither (round trips)."""
+    machine, server = dig(side, "machine_cores_busy", "median"), dig(side, "server_cores_busy", "median")
+    if machine is None or server is None or not cores:
+        return None
+    postgres, loadgen = dig(side, "postgres_cores_busy", "median"), dig(side, "loadgen_cores_busy", "median")
+    went = f"server {server:.2f}"
+    went += f", Postgres {postgres:.2f}" if postgres is not None else ""
+    went += f", load generator {loadgen:.2f}" if loadgen is not None else ""
+    idle = max(0.0, cores - machine)
+    went = f"{went}, idle {idle:.2f} of {cores} cores"
+    if machine >= 0.9 * cores:
+        return f"the machine: every core busy ({went})"
+    if server >= SATURATED * processes:
+        who = "the server process: it" if processes == 1 else f"the server's {processes} processes: they"
+        most = "a core busy, all one Python process can" if processes == 1 else f"{processes} cores busy, all they can"
+        return f"{who} kept {server:.2f} of {most} ({went}); more processes (`--workers`) would use the idle cores"
+    return f"round trips: nothing was saturated ({went}); callers waited on requests and statements in flight"
 
 
 def dig(node: Any, *path: str) -> Any:

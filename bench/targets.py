@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.summary import dig as _get
+from bench.summary import what_waits
 
 #: Key → (what, comparison, limit). On 2 cores shared by the load generator, the server, Postgres and etcd.
 TARGETS: dict[str, tuple[str, str, float | None]] = {
@@ -75,4 +76,16 @@ def evaluate(results: dict[str, Any], clients: int, rate: float, etcd_lease: str
             met = None if value is None else (value >= limit if op == ">=" else value <= limit)
             out[key] = {"what": what, "target": f"{op} {limit:g}", "value": value, "met": met}
         out[key]["comparable"] = comparable[key]
+    # The issue's alternative to the cores being used: the report names what waits.
+    uncontended = _get(th, "uncontended", "http")
+    if uncontended:
+        out["machine_cores_busy"]["what_waits"] = what_waits(
+            uncontended, _get(results, "machine", "cores") or 0, server_processes(results)
+        )
     return out
+
+
+def server_processes(results: dict[str, Any]) -> int:
+    """How many processes the measured server ran (``SCHEDLOCK_WORKERS`` given with ``--server-env``, else one)."""
+    workers = (_get(results, "config", "server_env") or {}).get("SCHEDLOCK_WORKERS")
+    return int(workers) if workers and str(workers).isdigit() else 1

@@ -20,6 +20,7 @@ from bench.__main__ import _parser
 from bench.about import redact_url
 from bench.loadgen import Load, parse_samples
 from bench.stats import Phase, combine, latency_summary, percentile
+from bench.summary import what_waits
 from bench.targets import evaluate
 
 pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
@@ -119,6 +120,8 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
             and data["targets"][key]["met"] is None
         )
     assert data["machine"]["cores"] >= 1 and data["load_generator"].startswith("wrk")
+    waits = data["targets"]["machine_cores_busy"]["what_waits"]
+    assert re.match(r"(the machine|the server process|round trips): ", waits) and "idle " in waits, waits
 
     # The started server required an API token, and every request above carried one (none counted as an error).
     assert data["server"]["auth"] == "API token (bearer) on every request"
@@ -225,3 +228,40 @@ def test_without_a_peer_the_etcd_targets_are_not_applicable() -> None:
     for key in ("etcd_ratio_uncontended", "etcd_ratio_contended", "cpu_per_cycle_vs_etcd"):
         assert targets[key]["value"] is None and targets[key]["met"] is None
     assert targets["server_rss_mb"]["met"] is True and targets["latency_acquire_p99_ms"]["met"] is True
+
+
+def _side(machine: float, server: float, postgres: float = 0.3, loadgen: float = 0.1) -> dict[str, Any]:
+    figures = {
+        "machine_cores_busy": machine,
+        "server_cores_busy": server,
+        "postgres_cores_busy": postgres,
+        "loadgen_cores_busy": loadgen,
+    }
+    return {key: {"median": value, "min": value, "max": value} for key, value in figures.items()}
+
+
+def test_what_waits_names_the_machine_the_server_or_round_trips() -> None:
+    assert what_waits(_side(1.95, 0.9), 2).startswith("the machine: every core busy (server 0.90, Postgres 0.30")
+    server = what_waits(_side(1.40, 0.97), 2)
+    assert server.startswith("the server process: it kept 0.97 of a core busy") and "idle 0.60 of 2 cores" in server
+    assert what_waits(_side(1.60, 1.8), 2, processes=2).startswith("the server's 2 processes: they kept 1.80 of 2")
+    assert what_waits(_side(1.60, 1.2), 2, processes=2).startswith("round trips: nothing was saturated")
+    assert what_waits(_side(1.20, 0.6), 2).startswith("round trips")
+    assert what_waits({}, 2) is None
+
+
+def test_a_missed_cores_target_says_what_waits() -> None:
+    throughput = {"uncontended": {"http": _side(1.30, 0.96)}}
+    latency = {"http": {"acquire": {"p99_ms": 3.0}}}
+    results = {
+        "throughput": throughput,
+        "latency": latency,
+        "list": {"first_page": {"get": {"p99_ms": 4.0}}},
+        "machine": {"cores": 2},
+        "config": {"server_env": {}},
+    }
+    cores = evaluate(results, 32, 500.0, "reuse")["machine_cores_busy"]
+    assert cores["met"] is False and cores["what_waits"].startswith("the server process: it kept 0.96")
+    results["config"] = {"server_env": {"SCHEDLOCK_WORKERS": "2"}}
+    cores = evaluate(results, 32, 500.0, "reuse")["machine_cores_busy"]
+    assert cores["what_waits"].startswith("round trips")  # two processes at 0.96 of a core are not saturated
