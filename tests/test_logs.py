@@ -16,7 +16,15 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.api.middleware.observe import new_request_id
-from app.ops.logs import HumanFormatter, JsonFormatter, TurnBufferedHandler, configure_logging, redact, request_id
+from app.ops.logs import (
+    HumanFormatter,
+    JsonFormatter,
+    TurnBufferedHandler,
+    configure_logging,
+    redact,
+    request_id,
+    write_json_line,
+)
 from app.settings import Settings
 from tests.support.api import acquire, release
 from tests.support.apps import in_process
@@ -231,6 +239,42 @@ def test_configured_level_and_format() -> None:
     configure_logging("DEBUG", "auto", stream)  # not a terminal: JSON
     logging.getLogger("schedlock.test").debug("detail")
     assert lines(stream)[0]["level"] == "debug"
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_an_access_line_written_directly_is_the_line_its_record_would_give() -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", "json", stream)
+    logger = logging.getLogger("schedlock.access")
+    fields = {"method": "POST", "status": 409, "lock": "billing/\u2028nightly", "request_id": "r-1", "n": 1.5}
+    assert write_json_line(logger, logging.INFO, "POST /v1/locks/{name}/acquire 409", fields)
+    logger.log(logging.INFO, "%s %s %d", "POST", "/v1/locks/{name}/acquire", 409, extra={"fields": fields})
+    direct, record = stream.getvalue().splitlines()
+    assert "\\u2028" in direct and "\u2028" not in direct  # still one line
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", json.loads(direct)["time"])
+    assert {**json.loads(direct), "time": ""} == {**json.loads(record), "time": ""}
+    assert list(json.loads(direct)) == list(json.loads(record))  # the same keys, in the same order
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_an_access_line_goes_through_logging_unless_the_configuration_is_the_json_one() -> None:
+    logger = logging.getLogger("schedlock.access")
+    fields = {"request_id": "r-2"}
+    stream = io.StringIO()
+    configure_logging("INFO", "human", stream)
+    assert not write_json_line(logger, logging.INFO, "GET /healthz 200", fields)
+    configure_logging("INFO", "json", stream)
+    with captured():  # a second handler (as pytest's caplog adds one): it must see the record
+        assert not write_json_line(logger, logging.INFO, "GET /healthz 200", fields)
+    only_some = logging.Filter("schedlock.other")
+    logger.addFilter(only_some)
+    try:
+        assert not write_json_line(logger, logging.INFO, "GET /healthz 200", fields)
+    finally:
+        logger.removeFilter(only_some)
+    assert stream.getvalue() == ""
+    assert write_json_line(logger, logging.INFO, "GET /healthz 200", fields)
+    assert json.loads(stream.getvalue())["request_id"] == "r-2"
 
 
 def test_log_settings_are_validated() -> None:

@@ -12,6 +12,7 @@ the same two patterns; tests/client/test_durations.py compares them.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 
@@ -55,7 +56,20 @@ def format_duration(value: timedelta) -> str:
     return f"PT{seconds}.{frac:06d}S".rstrip("0").rstrip(".") if frac else f"PT{seconds}S"
 
 
+#: Texts this short are remembered once read: callers send the same few durations again and again.
+_REMEMBERED = 32
+
+
 def _parse_text(text: str) -> timedelta:
+    return _parse_short(text) if len(text) <= _REMEMBERED else _parse_any(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_short(text: str) -> timedelta:
+    return _parse_any(text)
+
+
+def _parse_any(text: str) -> timedelta:
     if text.startswith(("-", "+")):
         raise DurationError(f"must not be signed: {text!r}")
     short = _SHORT.fullmatch(text)

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import ERROR_CODE_KEY
-from app.ops.logs import request_id
+from app.ops.logs import request_id, write_json_line
 from app.ops.metrics import Metrics
 from app.randomness import random_bytes
 
@@ -143,4 +143,5 @@ class RequestObserver:
         client = scope.get("client")
         if client:
             fields["client"] = client[0]
-        access_log.log(level, "%s %s %d", method, route, status, extra={"fields": fields})
+        if not write_json_line(access_log, level, f"{method} {route} {status}", fields):
+            access_log.log(level, "%s %s %d", method, route, status, extra={"fields": fields})
