@@ -240,13 +240,19 @@ def _side(machine: float, server: float, postgres: float = 0.3, loadgen: float =
     return {key: {"median": value, "min": value, "max": value} for key, value in figures.items()}
 
 
+def _waits(side: dict[str, Any], cores: int, processes: int = 1) -> str:
+    text = what_waits(side, cores, processes)
+    assert text is not None
+    return text
+
+
 def test_what_waits_names_the_machine_the_server_or_round_trips() -> None:
-    assert what_waits(_side(1.95, 0.9), 2).startswith("the machine: every core busy (server 0.90, Postgres 0.30")
-    server = what_waits(_side(1.40, 0.97), 2)
+    assert _waits(_side(1.95, 0.9), 2).startswith("the machine: every core busy (server 0.90, Postgres 0.30")
+    server = _waits(_side(1.40, 0.97), 2)
     assert server.startswith("the server process: it kept 0.97 of a core busy") and "idle 0.60 of 2 cores" in server
-    assert what_waits(_side(1.60, 1.8), 2, processes=2).startswith("the server's 2 processes: they kept 1.80 of 2")
-    assert what_waits(_side(1.60, 1.2), 2, processes=2).startswith("round trips: nothing was saturated")
-    assert what_waits(_side(1.20, 0.6), 2).startswith("round trips")
+    assert _waits(_side(1.60, 1.8), 2, processes=2).startswith("the server's 2 processes: they kept 1.80 of 2")
+    assert _waits(_side(1.60, 1.2), 2, processes=2).startswith("round trips: nothing was saturated")
+    assert _waits(_side(1.20, 0.6), 2).startswith("round trips")
     assert what_waits({}, 2) is None
 
 
