@@ -1,11 +1,12 @@
-"""The suite's servers (Postgres clusters, Patroni, etcd, schedlock) listen on ports tests.support.servers picks:
-free, and outside the range the kernel lends to outgoing connections, which could take one before it is bound."""
+"""The suite's and the benchmark's servers (Postgres clusters, Patroni, etcd, schedlock) listen on ports
+``bench.target.free_port`` picks (``tests.support.servers`` has it from there): free, and outside the range the
+kernel lends to outgoing connections, which could take one before it is bound."""
 
 from __future__ import annotations
 
 import socket
 
-from tests.support.servers import _ephemeral_low, free_port
+from bench.target import _ephemeral_low, free_port
 
 
 def test_a_picked_port_is_free_and_below_the_ephemeral_range() -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +13,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from app.settings import Settings
+from bench.target import free_port as free_port  # the suite's servers listen where the benchmark's do
 
 
 @dataclass
@@ -32,37 +31,6 @@ class LiveServer:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.output.append(line)
-
-
-def free_port() -> int:
-    """A loopback port free now, picked at random below the kernel's ephemeral range: a port the kernel hands out
-    (``bind(0)``) can be taken by any outgoing connection's local end before the server binds it, as a Patroni
-    node's REST API once found (``Couldn't start a service on '127.0.0.1:45193'``)."""
-    low = _ephemeral_low()
-    for _ in range(200):
-        port = _RANDOM.randrange(_LOWEST, low) if low > _LOWEST + 1000 else 0
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise RuntimeError(f"no free loopback port found between {_LOWEST} and {low}")
-
-
-#: Ports below this are left to services a machine may run (and below 1024 need privileges).
-_LOWEST = 10_000
-#: Its own generator: a test that seeds the global one (hypothesis does) must not make every run pick the same.
-_RANDOM = random.Random()
-
-
-def _ephemeral_low() -> int:
-    """The lowest port the kernel picks for outgoing connections (Linux's default range is 32768-60999)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768
 
 
 def server_env(settings: Settings, extra_env: dict[str, str] | None = None) -> dict[str, str]:
