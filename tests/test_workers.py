@@ -99,13 +99,24 @@ def test_settings_travel_to_workers_through_the_environment(monkeypatch: pytest.
     assert {name for name, value in settings if value is None} == {"tokens_file"}
 
 
-def test_two_workers_share_the_port_with_a_pool_each_and_stop_gracefully(settings: Settings, name: str) -> None:
+def start_two_workers(settings: Settings, env: dict[str, str] | None = None) -> tuple[LiveServer, int]:
+    """``serve --workers 2`` (a pool of at least one connection each) on a free port, once it answers: the server,
+    and the port of its database (to find the workers by their connections)."""
     port = free_port()
     command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"]
-    server = spawn_server(command, server_env(settings, {"SCHEDLOCK_POOL_MIN_SIZE": "1"}), port)
+    server = spawn_server(command, server_env(settings, {"SCHEDLOCK_POOL_MIN_SIZE": "1", **(env or {})}), port)
     try:
         wait_for(server)
-        workers = wait_for_pools(server, 2, db_port=urlsplit(settings.asyncpg_dsn()).port or 5432)
+    except BaseException:
+        stop_server(server)
+        raise
+    return server, urlsplit(settings.asyncpg_dsn()).port or 5432
+
+
+def test_two_workers_share_the_port_with_a_pool_each_and_stop_gracefully(settings: Settings, name: str) -> None:
+    server, db_port = start_two_workers(settings)
+    try:
+        workers = wait_for_pools(server, 2, db_port)
         # Fresh connections land on either worker; every one of them is ready and shares the lock table.
         for _ in range(10):
             assert httpx.get(f"{server.url}/readyz", headers={"connection": "close"}).status_code == 200
@@ -125,12 +136,8 @@ def test_two_workers_share_the_port_with_a_pool_each_and_stop_gracefully(setting
 
 
 def test_a_worker_that_dies_is_replaced(settings: Settings) -> None:
-    port = free_port()
-    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"]
-    server = spawn_server(command, server_env(settings, {"SCHEDLOCK_POOL_MIN_SIZE": "1"}), port)
+    server, db_port = start_two_workers(settings)
     try:
-        wait_for(server)
-        db_port = urlsplit(settings.asyncpg_dsn()).port or 5432
         killed, survivor = wait_for_pools(server, 2, db_port)
         killed.kill()
         # kill() returns once SIGKILL is sent, not once it has taken effect: until then the worker still counts.
@@ -227,13 +234,9 @@ def outcome(samples: Samples, operation: str, result: str) -> float:
 
 
 def test_metrics_answer_for_the_whole_server_on_every_scrape(settings: Settings, name: str) -> None:
-    port = free_port()
-    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"]
-    env = {"SCHEDLOCK_POOL_MIN_SIZE": "1", "SCHEDLOCK_HISTORY_FLUSH_INTERVAL": "0.2"}
-    server = spawn_server(command, server_env(settings, env), port)
+    server, db_port = start_two_workers(settings, {"SCHEDLOCK_HISTORY_FLUSH_INTERVAL": "0.2"})
     try:
-        wait_for(server)
-        workers = wait_for_pools(server, 2, db_port=urlsplit(settings.asyncpg_dsn()).port or 5432)
+        workers = wait_for_pools(server, 2, db_port)
         metrics_dir = metrics_dir_of(workers)
         # Private to the server's user: no other user can read the files or plant some.
         mode = metrics_dir.stat()
@@ -307,12 +310,8 @@ def settings_version() -> str:
 def test_a_replaced_worker_keeps_the_counters_and_leaves_the_gauges(settings: Settings, name: str) -> None:
     """Counters never go back when a worker dies (its file stays, and is still added up); its pool leaves the
     gauges once the supervisor has seen it go, and its replacement's joins them."""
-    port = free_port()
-    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"]
-    server = spawn_server(command, server_env(settings, {"SCHEDLOCK_POOL_MIN_SIZE": "1"}), port)
+    server, db_port = start_two_workers(settings)
     try:
-        wait_for(server)
-        db_port = urlsplit(settings.asyncpg_dsn()).port or 5432
         workers = wait_for_pools(server, 2, db_port)
         metrics_dir = metrics_dir_of(workers)
         sent = 0
