@@ -78,18 +78,18 @@ class JsonFormatter(logging.Formatter):
     """``{"time", "level", "logger", "message", "request_id"?, <fields>...}`` on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": _timestamp(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": _message(self, record),
-        }
         fields: dict[str, Any] | None = getattr(record, "fields", None)
-        if fields:
-            line.update(fields)
-        if "request_id" not in line and (rid := request_id.get()) is not None:
-            line["request_id"] = rid
-        return _one_line(orjson.dumps(line, default=str).decode())
+        return _json_line(_timestamp(record), record.levelname, record.name, _message(self, record), fields)
+
+
+def _json_line(stamp: str, level: str, logger: str, message: str, fields: dict[str, Any] | None) -> str:
+    """One record's JSON line, for JsonFormatter and write_json_line alike."""
+    line: dict[str, Any] = {"time": stamp, "level": level.lower(), "logger": logger, "message": message}
+    if fields:
+        line.update(fields)
+    if "request_id" not in line and (rid := request_id.get()) is not None:
+        line["request_id"] = rid
+    return _one_line(orjson.dumps(line, default=str).decode())
 
 
 class HumanFormatter(logging.Formatter):
@@ -169,16 +169,8 @@ def write_json_line(logger: logging.Logger, level: int, message: str, fields: di
     if handler is None:
         return False
     now = time.time()
-    line: dict[str, Any] = {
-        "time": _stamp(now, (now - int(now)) * 1000),
-        "level": logging.getLevelName(level).lower(),
-        "logger": logger.name,
-        "message": redact(message),
-    }
-    line.update(fields)
-    if "request_id" not in line and (rid := request_id.get()) is not None:
-        line["request_id"] = rid
-    handler.emit_line(_one_line(orjson.dumps(line, default=str).decode()))
+    stamp = _stamp(now, (now - int(now)) * 1000)
+    handler.emit_line(_json_line(stamp, logging.getLevelName(level), logger.name, redact(message), fields))
     return True
 
 
