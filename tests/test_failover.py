@@ -246,3 +246,48 @@ async def test_a_commit_the_synchronous_standby_never_confirmed_is_not_a_grant(
     assert committed == 1, "the primary kept the commit ..."
     assert r.status_code == 503, f"... but it was never confirmed, so it is no grant: {r.text}"
     assert "did not confirm" in r.json()["error"]["message"]
+
+
+@pytest.fixture
+def hasty_server(synchronous_pair: ReplicatedPair) -> Iterator[LiveServer]:
+    """A server that gives up on a statement after 1 s (TIMEOUTS), with a pool of 4 connections."""
+    with serving(synchronous_pair, SCHEDLOCK_POOL_MAX_SIZE="4") as server:
+        yield server
+
+
+async def test_a_commit_given_up_on_leaves_no_backend_waiting(
+    synchronous_pair: ReplicatedPair, hasty_server: LiveServer
+) -> None:
+    """A commit waiting for a synchronous standby that does not come is not bound by statement_timeout (it ends
+    before the commit), and its backend does not notice a closed socket. Were the connection only dropped when the
+    client-side timeout fires, every statement given up on would leave a backend waiting, until max_connections is
+    full and Patroni's own connections are refused too (seen: a 3-node Patroni cluster in strict synchronous mode
+    that never recovered after its leader's Postgres was killed). The server cancels the statement on the server
+    before dropping the connection: the waits end, and with them the backends."""
+    pair = synchronous_pair
+    admin = await asyncpg.connect(pair.primary.url)
+
+    async def schedlock_backends(wait_event: str | None = None) -> int:
+        count: int = await admin.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'schedlock' "
+            "AND ($1::text IS NULL OR wait_event = $1)",
+            wait_event,
+        )
+        return count
+
+    try:
+        async with httpx.AsyncClient(base_url=hasty_server.url, timeout=30) as client:
+            with pair.standby_stalled():
+                for round_ in range(3):  # 3 x 6 statements given up on, for a pool of 4
+                    answers = await asyncio.gather(
+                        *(client.post(f"/v1/locks/stalled-{round_}-{i}/acquire", json=ACQUIRE) for i in range(6))
+                    )
+                    assert {r.status_code for r in answers} == {503}, [r.text for r in answers]
+                for _ in range(50):  # the cancel requests go in the background: up to 10 s
+                    if not (waiting := await schedlock_backends("SyncRep")):
+                        break
+                    await asyncio.sleep(0.2)
+                assert waiting == 0, f"{waiting} backends still wait for the standby after their statements timed out"
+                assert await schedlock_backends() <= 4, "no more backends than the pool's connections"
+    finally:
+        await admin.close()

@@ -136,7 +136,7 @@ def heal(cluster: PatroniCluster, fault: str, leader: str) -> None:
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_failover_under_load(deployment: Deployment, fault: str) -> None:
     cluster = deployment.cluster
-    leader = await asyncio.to_thread(cluster.wait_healthy)
+    leader = await asyncio.to_thread(cluster.recover)  # whatever an earlier test left behind
     load = LeaseLoad(deployment.routes)
     await load.start()
     try:
@@ -154,9 +154,12 @@ async def test_failover_under_load(deployment: Deployment, fault: str) -> None:
         recovered_at = await load.wait_for_grant(applied_at if outage is None else outage, RECOVERY_BOUND, steered)
         await asyncio.sleep(1.0)
         await asyncio.to_thread(heal, cluster, fault, leader)
-        new_leader = await asyncio.to_thread(cluster.wait_healthy)
+        new_leader = await asyncio.to_thread(cluster.recover)
         for route in deployment.routes:  # the multi-host servers too, once the old leader is a replica again
             await load.wait_for_grant(load.now(), RECOVERY_BOUND, route)
+    except BaseException:
+        print(f"\n{fault} failed; the cluster's logs:\n{cluster.logs()}")  # shown by pytest with the failure
+        raise
     finally:
         await load.stop()
 

@@ -9,6 +9,7 @@ for PgBouncer, prepared unnamed each time), on connections lent by ``app.db.pool
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -16,6 +17,7 @@ import weakref
 from typing import Any
 
 import asyncpg
+from asyncpg import connect_utils
 
 from app.db import failures
 from app.db.connector import Connector
@@ -59,6 +61,46 @@ async def create_pool(settings: Settings) -> StatementPool:
     except _UNAVAILABLE as exc:  # the service starts unready (/readyz 503) and recovers by itself
         pool.availability.failed("start-up", type(exc).__name__)
     return pool
+
+
+#: Failures after which the connection's statement may still be running on the server: the client gave up on it.
+_MAY_STILL_RUN: tuple[type[BaseException], ...] = (TimeoutError, asyncio.TimeoutError, asyncio.CancelledError)
+#: Cancel requests on their way (a strong reference each, until done).
+_cancelling: set[asyncio.Task[None]] = set()
+
+
+def _cancel_on_server(conn: Any, timeout: float) -> None:
+    """Send the server a cancel request for the statement ``conn`` gave up on, in the background, before the
+    connection is dropped.
+
+    Dropping the socket alone does not end it. A commit waiting for a synchronous standby that does not come
+    (Patroni's ``synchronous_mode_strict`` with no standby left) is not bound by statement_timeout, which ends
+    before the commit, and its backend does not notice the closed socket: each statement given up on leaves a
+    backend waiting, until ``max_connections`` is full and Patroni's own connections, and pg_rewind's, are refused
+    too, so no standby can rejoin to end the wait. asyncpg sends a cancel request on its command timeout, but
+    ``terminate()`` cancels it before it is sent. A cancel request takes no connection slot; its outcome is not
+    waited for (the statement's is unknown either way: the caller gets a 503). Uses asyncpg's own cancel helper,
+    pinned with asyncpg (tests/test_failover.py fails if it stops working)."""
+    protocol = getattr(conn, "_protocol", None)
+    if protocol is None:  # already aborted
+        return
+    loop = asyncio.get_running_loop()
+    request = connect_utils._cancel(
+        loop=loop,
+        addr=conn._addr,
+        params=conn._params,
+        backend_pid=protocol.backend_pid,
+        backend_secret=protocol.backend_secret,
+    )
+    task = loop.create_task(_bounded(request, loop.time() + timeout))
+    _cancelling.add(task)
+    task.add_done_callback(_cancelling.discard)
+
+
+async def _bounded(request: Any, deadline: float) -> None:
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout_at(deadline):
+            await request
 
 
 #: Connections whose current statement drew a warning from the server (see _heard).
@@ -105,9 +147,11 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
         conn = await pool.acquire(pool_timeout)
         try:
             rows = await _run(conn, action, sql, args)
-        except _DROP_CONNECTION + failures.LOST_STATEMENT:
+        except _DROP_CONNECTION + failures.LOST_STATEMENT as exc:
             # A connection that failed this way is never lent again; the pool opens a new one. Read-only: its server
             # is a standby now (a switchover), so the next connection finds the primary.
+            if isinstance(exc, _MAY_STILL_RUN):
+                _cancel_on_server(conn, pool_timeout)
             conn.terminate()
             raise
         except failures.UNSTORABLE_TEXT as exc:

@@ -100,25 +100,53 @@ class PatroniCluster:
         return []
 
     def leader(self) -> str | None:
-        return next((m["name"] for m in self.members() if m["role"] == "leader" and m["state"] == "running"), None)
+        return self._leading(self.members())
 
     def healthy(self) -> bool:
         """A running leader streaming to every other node (as its own Postgres reports it: a replica Patroni calls
         running may still be failing to start on a diverged timeline), one of them synchronous in that mode."""
         members = self.members()
-        leader = next((m for m in members if m["role"] == "leader" and m["state"] == "running"), None)
-        if len(members) != len(self.nodes) or leader is None:
+        if len(members) != len(self.nodes):
             return False
         if self.synchronous and not any(m["role"] == "sync_standby" for m in members):
             return False
+        return self._leading(members) is not None and not self.stragglers(members)
+
+    def stragglers(self, members: list[dict[str, Any]] | None = None) -> list[str]:
+        """The members the running leader's Postgres does not see streaming (none while there is no leader)."""
+        members = self.members() if members is None else members
+        leader = self._leading(members)
+        if leader is None:
+            return []
+        others = [n.name for n in self.nodes if n.name != leader]
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            status = httpx.get(f"http://127.0.0.1:{self.node(leader['name']).rest_port}/patroni", timeout=2).json()
-            streaming = [r for r in status.get("replication", []) if r.get("state") == "streaming"]
-            return len(streaming) == len(self.nodes) - 1
-        return False
+            status = httpx.get(f"http://127.0.0.1:{self.node(leader).rest_port}/patroni", timeout=2).json()
+            replication = status.get("replication", [])
+            streaming = {r.get("application_name") for r in replication if r.get("state") == "streaming"}
+            return [name for name in others if name not in streaming]
+        return others
+
+    @staticmethod
+    def _leading(members: list[dict[str, Any]]) -> str | None:
+        return next((m["name"] for m in members if m["role"] == "leader" and m["state"] == "running"), None)
+
+    def recover(self, timeout: float = 60) -> str:
+        """Healthy within ``timeout``, or else every member that does not stream from the leader is rebuilt from it
+        (``patronictl reinit``), as an operator would, and the cluster gets 90 s more. Returns the leader."""
+        try:
+            return self.wait_healthy(timeout)
+        except RuntimeError:
+            stragglers = self.stragglers()
+            print(f"\nthe cluster is not healthy after {timeout:.0f} s: patronictl reinit {stragglers}")
+            for name in stragglers:
+                self.reinit(self.node(name))
+            return self.wait_healthy()
 
     def wait_healthy(self, timeout: float = 90) -> str:
-        poll(self.healthy, timeout, f"a healthy Patroni cluster: {self.members()}")
+        try:
+            poll(self.healthy, timeout, "a healthy Patroni cluster")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}: {self.members()}\n{self.logs()}") from None
         leader = self.leader()
         assert leader is not None
         return leader
@@ -193,7 +221,7 @@ class PatroniCluster:
 
     def logs(self) -> str:
         return "\n".join(
-            f"--- {n.name}\n{(n.root / 'patroni.log').read_text(errors='replace')[-3000:]}" for n in self.nodes
+            f"--- {n.name}\n{(n.root / 'patroni.log').read_text(errors='replace')[-12000:]}" for n in self.nodes
         )
 
     def destroy(self) -> None:
