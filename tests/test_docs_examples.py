@@ -74,7 +74,8 @@ OUTPUT = re.compile(r"#\s→\s?(.*)$")
 #: tests/integrations/ runs) that the suite builds and runs: each block must be a verbatim excerpt of one, so the
 #: quoted code is the tested code.
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
-#: ```sql and ```yaml (docs/high-availability.md's table setting and CloudNativePG Cluster): tests/test_docs_ha.py.
+#: ```sql and ```yaml (docs/high-availability.md's table setting, role and CloudNativePG Cluster): tests/test_docs_ha.py
+#: and tests/test_patroni.py.
 KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
 #: Where the quoted files are: each is built and run by the suite (tests/polyglot/, tests/integrations/).
 QUOTED_ROOTS = [ROOT / "examples", ROOT / "integrations", ROOT / "tests" / "integrations" / "java"]

@@ -15,19 +15,20 @@ import yaml
 
 from app.settings import Settings
 from tests.support.api import acquire
+from tests.support.docs import page_block, page_blocks
 from tests.support.helm import FULLNAME, one, render
 
 PAGE = Path(__file__).parent.parent / "docs" / "high-availability.md"
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), re.S)
+    return page_blocks(PAGE.name, language)
 
 
 async def test_the_table_setting_runs_and_the_api_still_works(
     db: Any, settings: Settings, client: httpx.AsyncClient, name: str
 ) -> None:
-    (sql,) = blocks("sql")
+    sql = page_block(PAGE.name, "sql", "fillfactor")
     await db.execute(sql.replace("shedlock", settings.table))
     options = await db.fetchval("SELECT reloptions FROM pg_class WHERE oid = $1::regclass", settings.table)
     assert "fillfactor=50" in options

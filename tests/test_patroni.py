@@ -1,5 +1,6 @@
 """Failover on a real failover manager: a 3-node Patroni cluster (etcd, Debian's patroni and postgresql), two
-schedlock servers on its multi-host URL (``target_session_attrs=read-write``) and one through HAProxy routed by
+schedlock servers (as a role of their own, not a superuser) on its multi-host URL
+(``target_session_attrs=read-write``) and one through HAProxy routed by
 Patroni's REST ``/primary`` check, jobs acquiring, extending and releasing leases on all three while a fault hits
 the leader.
 
@@ -21,6 +22,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,6 +31,7 @@ from pydantic import SecretStr
 
 from app.db import migrate
 from app.settings import Settings
+from tests.support.docs import page_block
 from tests.support.leaseload import LeaseLoad, check_leases
 from tests.support.patroni import PatroniCluster, alive, patroni_cluster, poll
 from tests.support.servers import LiveServer, start_server, stop_server
@@ -43,6 +46,8 @@ TIMEOUTS = {
     "SCHEDLOCK_DB_POOL_TIMEOUT": "1",
     "SCHEDLOCK_LOG_FORMAT": "json",
 }
+ROLE = "schedlock"
+ROLE_SQL = page_block("high-availability.md", "sql", f"CREATE ROLE {ROLE}")
 #: From the fault to the first grant, at most: Patroni's ttl (10 s) plus a loaded machine's slack.
 RECOVERY_BOUND = 45
 
@@ -58,8 +63,16 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     cluster = patroni_cluster(synchronous=request.param == "synchronous")
     servers: list[tuple[str, LiveServer]] = []
     try:
-        migrate.upgrade(Settings(database_url=SecretStr(cluster.url), table="shedlock"))
-        for route, url in (("multi-host", cluster.url), ("multi-host", cluster.url), ("haproxy", cluster.haproxy_url)):
+        # schedlock as a role of its own, as docs/high-availability.md advises: superuser_reserved_connections keep
+        # room for Patroni and pg_rewind, and the role's limit bounds what its servers hold (3 pools of 8 here).
+        subprocess.run(
+            ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-d", cluster.url, "-c", ROLE_SQL],
+            check=True,
+            capture_output=True,
+        )
+        multi_host, haproxy = (url.replace("//postgres@", f"//{ROLE}@") for url in (cluster.url, cluster.haproxy_url))
+        migrate.upgrade(Settings(database_url=SecretStr(multi_host), table="shedlock"))
+        for route, url in (("multi-host", multi_host), ("multi-host", multi_host), ("haproxy", haproxy)):
             settings = Settings(database_url=SecretStr(url), table="shedlock")
             servers.append((route, start_server(settings, extra_env=TIMEOUTS)))
         routes: dict[str, list[str]] = {}
