@@ -4,6 +4,11 @@ ShedLock's ``name`` column is ``VARCHAR(64)``: a longer name must be refused, ne
 (older ShedLock versions skipped such jobs). Control characters and "/" are refused too: a name travels in a URL
 path and in log lines. Names starting with ``schedlock:`` are the service's own (its chores' locks): callers may read
 them, never take, extend, release or force-release them.
+
+That rule is for the names callers make. A row's name may be anything the column holds: a Java node's ShedLock takes
+any text (``billing/``, a trailing space, a tab), and such a row can be listed, read, have its runs and skips read,
+and be force-released (any 1-64 characters: ``RowName`` in app.api.routes.locks), never acquired, extended or
+released over HTTP.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
@@ -33,7 +33,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.bodies import read_json
 from app.api.deps import bearer
 from app.api.errors import known_error_response
-from app.locking.names import LOCK_NAME
 
 Endpoint = Callable[..., Awaitable[Response]]
 #: Set in the scope of every request this middleware serves.
@@ -84,6 +83,8 @@ class _LeanEndpoint:
         expected = {"name", "principal", "request", "return"} | ({"body"} if "body" in hints else set())
         assert set(hints) == expected, f"{endpoint.__name__} has parameters the lean path cannot bind: {hints}"
         self.body_model: type[BaseModel] | None = hints.get("body")
+        # The name's rule is the one the route declares (writes: the API's name rule; reads: any row's name).
+        self.name = TypeAdapter(typing.get_type_hints(endpoint, include_extras=True)["name"]).validate_python
 
     def _validate_body(self, data: Any) -> BaseModel:
         assert self.body_model is not None
@@ -97,7 +98,7 @@ class _LeanEndpoint:
             # A body that is not declared JSON, or not JSON, is refused before any field is looked at (as FastAPI).
             data = read_json(request.headers.get("content-type"), raw) if raw else None
             errors: list[Any] = []
-            kwargs["name"] = _validate(LOCK_NAME.validate_python, request.path_params["name"], ("path", "name"), errors)
+            kwargs["name"] = _validate(self.name, request.path_params["name"], ("path", "name"), errors)
             if self.body_model is not None:
                 if not raw:
                     errors.append({"type": "missing", "loc": ("body",), "msg": "Field required", "input": None})

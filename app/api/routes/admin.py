@@ -16,7 +16,7 @@ from app.api.bodies import JsonBodyRoute
 from app.api.deps import HistoryDep, PrincipalDep, StoreDep
 from app.api.models_history import ForceReleaseRequest, ForceReleaseResponse
 from app.api.routes import LOCKS
-from app.api.routes.locks import LockName
+from app.api.routes.locks import RowName
 from app.api.routes.runs import json_response, run_view
 from app.locking.names import refuse_reserved
 from app.locking.timefmt import format_time
@@ -44,7 +44,7 @@ ANONYMOUS = "anonymous"
     openapi_extra=doc.request_body(examples.FORCE_REQUEST),
 )
 async def force_release(
-    name: LockName,
+    name: RowName,
     body: ForceReleaseRequest,
     principal: PrincipalDep,
     store: StoreDep,

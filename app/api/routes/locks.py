@@ -67,6 +67,18 @@ LockName = Annotated[
         examples=["nightly-billing"],
     ),
 ]
+#: A name that must be a row's already (reads, history, force-release): any 1-64 characters, for the rows a Java
+#: node's ShedLock made with names the API does not make ("billing/"). '/' and '.' go percent-encoded in the URL.
+RowName = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=NAME_MAX,
+        description="Lock name as stored: 1-64 characters, any (a Java node may have made names with '/' or other "
+        "characters the write operations refuse); percent-encode '/' as %2F and '.' as %2E.",
+        examples=["nightly-billing"],
+    ),
+]
 
 
 def _json(model: BaseModel) -> Response:
@@ -237,7 +249,7 @@ async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, r
     response_model=LockResponse,
     responses={**doc.ok(doc.LOCK_RESPONSE), **doc.NOT_FOUND, **doc.AUTH, **doc.BAD_INPUT, **doc.DOWN},
 )
-async def get_lock(name: LockName, principal: PrincipalDep, request: Request) -> Response:
+async def get_lock(name: RowName, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=False)
     row = await store_of(request).get(name)
     return _json(LockResponse(**_view(row).model_dump(), db_time=row.db_time))

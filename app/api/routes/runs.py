@@ -22,7 +22,7 @@ from app.api import openapi_history as examples
 from app.api.deps import HistoryDep, PrincipalDep, SettingsDep
 from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, SkipList
 from app.api.routes import LOCKS, V1
-from app.api.routes.locks import LockName
+from app.api.routes.locks import RowName
 from app.errors import InvalidRequest
 from app.history.runs import Run, RunPage
 from app.locking.leases import is_schedlock_holder
@@ -139,7 +139,7 @@ Cursor = Annotated[str | None, Query(max_length=200, description="`next_cursor` 
     responses={**doc.ok(examples.LOCK_RUNS), **examples.READ_ONE},
 )
 async def lock_runs(
-    name: LockName,
+    name: RowName,
     principal: PrincipalDep,
     history: HistoryDep,
     settings: SettingsDep,
@@ -197,7 +197,7 @@ async def list_runs(
     responses={**doc.ok(examples.SKIPS), **examples.READ_ONE},
 )
 async def lock_skips(
-    name: LockName,
+    name: RowName,
     principal: PrincipalDep,
     history: HistoryDep,
     hours: Annotated[int, Query(ge=1, le=MAX_SKIP_HOURS, description="How many hours back (default 24).")] = 24,

@@ -57,6 +57,10 @@ def _page(request: Request, template: str, **context: Any) -> Response:
     )
 
 
+#: No C0 or C1 control characters (a "/" is fine).
+_PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]+$"
+
+
 @router.get("/ui")
 async def locks_page(
     request: Request,
@@ -66,10 +70,12 @@ async def locks_page(
     return _page(request, "locks.html", page="locks", prefix=prefix, held=held)
 
 
-@router.get("/ui/locks/{name}")
+@router.get("/ui/locks/{name:path}")
 async def lock_page(
-    request: Request, name: Annotated[str, Path(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+    request: Request, name: Annotated[str, Path(min_length=1, max_length=NAME_MAX, pattern=_PRINTABLE)]
 ) -> Response:
+    # A row's name, as the API's reads take it, "/" included: the table lists a Java node's "billing/" and links
+    # here. Only control characters are refused, on a page that shows the name.
     return _page(request, "lock.html", page="lock", name=name)
 
 

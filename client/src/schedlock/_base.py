@@ -145,7 +145,7 @@ def extend_call(
 
 
 def get_call(name: str) -> Call[LockInfo]:
-    return Call("GET", _lock_path(name), LockInfo.from_json, f"get {name!r}")
+    return Call("GET", _lock_path(name, row_name=True), LockInfo.from_json, f"get {name!r}")
 
 
 def list_call(prefix: str | None, held: bool | None, limit: int, cursor: str | None) -> Call[LockPage]:
@@ -161,7 +161,9 @@ def list_call(prefix: str | None, held: bool | None, limit: int, cursor: str | N
 
 def history_call(name: str, limit: int, cursor: str | None) -> Call[RunPage]:
     params = {"limit": str(limit)} | ({"cursor": cursor} if cursor is not None else {})
-    return Call("GET", _lock_path(name, "runs"), RunPage.from_json, f"history of {name!r}", params=params)
+    return Call(
+        "GET", _lock_path(name, "runs", row_name=True), RunPage.from_json, f"history of {name!r}", params=params
+    )
 
 
 def runs_call(
@@ -196,11 +198,17 @@ def jobs_call(prefix: str | None, state: str | None, limit: int, cursor: str | N
 
 
 def skips_call(name: str, hours: int) -> Call[Skips]:
-    return Call("GET", _lock_path(name, "skips"), Skips.from_json, f"skips of {name!r}", params={"hours": str(hours)})
+    return Call(
+        "GET",
+        _lock_path(name, "skips", row_name=True),
+        Skips.from_json,
+        f"skips of {name!r}",
+        params={"hours": str(hours)},
+    )
 
 
 def force_release_call(name: str, reason: str) -> Call[ForceReleased]:
-    path = _lock_path(name, "force-release")
+    path = _lock_path(name, "force-release", row_name=True)
     return Call("POST", path, ForceReleased.from_json, f"force-release {name!r}", {"reason": reason})
 
 
@@ -253,12 +261,16 @@ def unreachable(call: Call[Any], base_url: str, exc: httpx.TransportError) -> Se
     return ServiceUnreachable(f"{call.what}: cannot reach the lock service at {base_url}: {reason}")
 
 
-def _lock_path(name: str, action: str | None = None) -> str:
+def _lock_path(name: str, action: str | None = None, *, row_name: bool = False) -> str:
+    """The lock's URL path. ``row_name``: an operation on a row that exists (read, history, force-release), which
+    takes any name a row can have, "/" included (a Java node's ShedLock may have made it); acquire, extend and
+    release take the API's names only. Every character but letters, digits and ``-_~`` is percent-encoded, dots
+    too: a name ``.`` or ``..`` would otherwise be read as a path segment and resolved away."""
     if not isinstance(name, str) or not name:
         raise ValueError("lock name: must be a non-empty string")
-    if "/" in name:
+    if "/" in name and not row_name:
         raise ValueError(f"lock name: must not contain '/': {name!r}")
-    path = f"/v1/locks/{quote(name, safe='')}"
+    path = f"/v1/locks/{quote(name, safe='').replace('.', '%2E')}"
     return f"{path}/{action}" if action else path
 
 
