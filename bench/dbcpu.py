@@ -3,22 +3,26 @@ descendants' too: a server's workers).
 
 The Postgres under test is shared (other processes, other users of the cluster), so its whole CPU would not be the
 benchmark's. A backend is the benchmark's when its client's TCP port is one of the measured process's sockets:
-ports from ``/proc/<pid>/net/tcp*`` and ``/proc/<pid>/fd``, backends from ``pg_stat_activity``. Backends' CPU comes
-from ``/proc/<backend>/stat``, so Postgres must run on this machine and be visible here (it is when the harness
-starts the rest; otherwise the figure is simply absent). Not counted: Postgres's background processes (WAL
-writer, checkpointer, autovacuum), which serve every database of the cluster, and a backend that exits mid-phase.
+ports from ``/proc/<pid>/net/tcp*`` and ``/proc/<pid>/fd``, backends from ``pg_stat_activity``; or, over a Unix
+socket (the embedded cluster listens on one only), when it holds the other end of one of those sockets
+(``ss -xp``). Backends' CPU comes from ``/proc/<backend>/stat``, so Postgres must run on this machine and be
+visible here (it is when the harness starts the rest; otherwise the figure is simply absent). Not counted:
+Postgres's background processes (WAL writer, checkpointer, autovacuum), which serve every database of the
+cluster, and a backend that exits mid-phase.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import subprocess
 
 from bench import target
 
 
-def socket_ports(pid: int) -> set[int]:
-    """Local TCP ports of the sockets of the process and its descendants (a server's workers), IPv4 and IPv6."""
+def socket_inodes(pid: int) -> set[str]:
+    """Inodes of the sockets of the process and its descendants (a server's workers)."""
     inodes = set()
     for member in target.process_tree(pid):
         with contextlib.suppress(OSError):
@@ -27,6 +31,12 @@ def socket_ports(pid: int) -> set[int]:
                     link = os.readlink(f"/proc/{member}/fd/{fd}")
                     if link.startswith("socket:["):
                         inodes.add(link[8:-1])
+    return inodes
+
+
+def socket_ports(pid: int) -> set[int]:
+    """Local TCP ports of the sockets of the process and its descendants, IPv4 and IPv6."""
+    inodes = socket_inodes(pid)
     ports = set()
     for table in ("tcp", "tcp6"):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
@@ -38,11 +48,25 @@ def socket_ports(pid: int) -> set[int]:
     return ports
 
 
+#: A line of ``ss -xpn``: a Unix socket bound to a Postgres socket file, its inode, its peer's inode, its process.
+_UNIX_BACKEND = re.compile(r"\.s\.PGSQL\.\d+\s+\d+\s+\S+\s+(\d+)\s+users:\(\(\"[^\"]*\",pid=(\d+),")
+
+
+def unix_backends(pid: int) -> list[int]:
+    """Pids of the Postgres backends at the other end of process ``pid``'s Unix sockets."""
+    inodes = socket_inodes(pid)
+    try:
+        listing = subprocess.run(["ss", "-xpn"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted({int(m[2]) for m in _UNIX_BACKEND.finditer(listing) if m[1] in inodes})
+
+
 def backends_of(database_url: str, pid: int) -> list[int]:
-    """Pids of the Postgres backends whose client is process ``pid`` (over TCP)."""
+    """Pids of the Postgres backends whose client is process ``pid`` (over TCP, or a Unix socket)."""
     ports = sorted(socket_ports(pid))
     if not ports:
-        return []
+        return unix_backends(pid)
     rows = target.run_sql(
         database_url,
         "SELECT pid FROM pg_stat_activity WHERE client_port IN ({}) AND pid <> pg_backend_pid()".format(

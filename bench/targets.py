@@ -24,9 +24,11 @@ TARGETS: dict[str, tuple[str, str, float | None]] = {
 
 
 def _cpu_ratio(throughput: dict[str, Any]) -> float | None:
+    """None unless the server's Postgres backends were measured: the server's CPU alone is not the figure."""
     ours = _get(throughput, "uncontended", "http", "cpu_us_per_cycle", "median")
+    postgres = _get(throughput, "uncontended", "http", "db_cpu_us_per_cycle", "median")
     theirs = _get(throughput, "uncontended", "etcd", "cpu_us_per_cycle", "median")
-    return round(ours / theirs, 3) if ours and theirs else None
+    return round(ours / theirs, 3) if ours and postgres and theirs else None
 
 
 def _scaling(results: dict[str, Any], ratio: str) -> str | None:

@@ -15,13 +15,14 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bench import compare
+from bench import compare, dbcpu
 from bench.__main__ import _parser
 from bench.about import redact_url
 from bench.loadgen import Load, parse_samples
 from bench.stats import Phase, combine, latency_summary, percentile
 from bench.summary import what_waits
 from bench.targets import evaluate
+from tests.support.pgcluster import PgCluster
 
 pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
 
@@ -228,6 +229,55 @@ def test_without_a_peer_the_etcd_targets_are_not_applicable() -> None:
     for key in ("etcd_ratio_uncontended", "etcd_ratio_contended", "cpu_per_cycle_vs_etcd"):
         assert targets[key]["value"] is None and targets[key]["met"] is None
     assert targets["server_rss_mb"]["met"] is True and targets["latency_acquire_p99_ms"]["met"] is True
+
+
+def test_the_cpu_target_needs_the_servers_postgres_backends() -> None:
+    def figures(db: float | None) -> dict[str, Any]:
+        http = {"cpu_us_per_cycle": {"median": 900.0}, "db_cpu_us_per_cycle": {"median": db}}
+        return {"uncontended": {"http": http, "etcd": {"cpu_us_per_cycle": {"median": 1000.0}}}}
+
+    latency = {"http": {"acquire": {"p99_ms": 3.0}}}
+    results = {"latency": latency, "list": {"first_page": {"get": {"p99_ms": 4.0}}}, "server_rss_mb_max": 90.0}
+    results["table_rows"] = 100_000
+    seen = evaluate({**results, "throughput": figures(400.0)}, 32, 500.0, "reuse")["cpu_per_cycle_vs_etcd"]
+    assert (seen["value"], seen["met"]) == (0.9, True)
+    # The server's CPU alone (its backends not found) is not "server + Postgres": not measured, not met.
+    unseen = evaluate({**results, "throughput": figures(None)}, 32, 500.0, "reuse")["cpu_per_cycle_vs_etcd"]
+    assert (unseen["value"], unseen["met"]) == (None, None)
+
+
+_HOLD_A_CONNECTION = """
+import asyncio, sys
+import asyncpg
+async def main():
+    conn = await asyncpg.connect(host=sys.argv[1], port=int(sys.argv[2]), user="postgres", database="postgres")
+    print(await conn.fetchval("SELECT pg_backend_pid()"), flush=True)
+    await asyncio.sleep(60)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.system
+def test_the_backends_of_a_client_on_a_unix_socket_are_found() -> None:
+    # The embedded cluster (the benchmark's default database) listens on a Unix socket only: a server's backends
+    # were not found there, and "server + Postgres" was the server alone.
+    cluster = PgCluster()
+    cluster.start()
+    child = None
+    try:
+        args = [sys.executable, "-c", _HOLD_A_CONNECTION, str(cluster.data), str(cluster.port)]
+        child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        backend = int(child.stdout.readline())
+        assert dbcpu.backends_of(cluster.url, child.pid) == [backend]
+        assert dbcpu.cpu_of([backend])[backend] >= 0
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()
+            assert child.stdout is not None
+            child.stdout.close()
+        cluster.destroy()
 
 
 def _side(machine: float, server: float, postgres: float = 0.3, loadgen: float = 0.1) -> dict[str, Any]:
