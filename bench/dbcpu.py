@@ -64,16 +64,17 @@ def unix_backends(pid: int) -> list[int]:
 
 def backends_of(database_url: str, pid: int) -> list[int]:
     """Pids of the Postgres backends whose client is process ``pid`` (over TCP, or a Unix socket)."""
-    ports = sorted(socket_ports(pid))
+    ports = sorted(socket_ports(pid))  # a server's own (its listening socket, its callers') are among them
+    over_unix = unix_backends(pid)
     if not ports:
-        return unix_backends(pid)
+        return over_unix
     rows = target.run_sql(
         database_url,
         "SELECT pid FROM pg_stat_activity WHERE client_port IN ({}) AND pid <> pg_backend_pid()".format(
             ", ".join(str(p) for p in ports)
         ),
     )
-    return [int(r["pid"]) for r in rows]
+    return sorted({int(r["pid"]) for r in rows} | set(over_unix))
 
 
 def cpu_of(pids: list[int]) -> dict[int, float]:

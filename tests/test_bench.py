@@ -247,9 +247,10 @@ def test_the_cpu_target_needs_the_servers_postgres_backends() -> None:
 
 
 _HOLD_A_CONNECTION = """
-import asyncio, sys
+import asyncio, socket, sys
 import asyncpg
 async def main():
+    listening = socket.create_server(("127.0.0.1", 0))  # a TCP socket too, as a server has: its port matches no backend
     conn = await asyncpg.connect(host=sys.argv[1], port=int(sys.argv[2]), user="postgres", database="postgres")
     print(await conn.fetchval("SELECT pg_backend_pid()"), flush=True)
     await asyncio.sleep(60)
