@@ -75,6 +75,12 @@ class StorageUnavailable(SchedlockError):
     headers = MappingProxyType({"Retry-After": "1"})
 
 
+class StatementCancelled(StorageUnavailable):
+    """Postgres cancelled the statement (it ran past the statement timeout, or an operator cancelled it): its
+    transaction was rolled back, nothing was done. The database answered, so it is not reported down and the
+    connection stays in the pool; a batch's callers all get it (their own statements would meet the same)."""
+
+
 class DatabaseContention(SchedlockError):
     """The statement met another transaction (a row lock it would not wait for, a deadlock or a serialization
     failure that its one retry met again) and did nothing: retry. The database answered, so this is not an outage,

@@ -10,6 +10,7 @@ import logging
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from app.db import migrate
 from app.db.statements import close_pool, create_pool, fetch
 from app.errors import DatabaseContention, RowLockTimeout
 from app.settings import Settings
-from tests.support.apps import in_process, make_settings
+from tests.support.apps import drop_schema, in_process, make_settings
 from tests.support.databases import scratch_database, wait_for_lock_wait
 from tests.support.servers import server_env
 
@@ -95,6 +96,44 @@ async def test_a_row_left_locked_is_that_acquire_s_503_not_an_outage(settings: S
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
     assert 0.7 <= waited < 1.0  # the lock timeout (80% of 1 s), not the statement timeout
     assert other.status_code == 200
+
+
+async def test_a_statement_the_database_cancels_is_a_503_not_an_outage(database_url: str, db: Any) -> None:
+    # A statement that runs past the statement timeout (here a trigger's pg_sleep, not a row lock: that one meets
+    # the lock timeout first) is cancelled by Postgres and rolled back: nothing was done, and the database answered.
+    # 503 with Retry-After; the database is not reported down; the connection is kept (a pool of one, same backend).
+    schema = f"slow_{uuid.uuid4().hex[:10]}"
+    slow = make_settings(database_url, f"{schema}.shedlock").model_copy(
+        update={"db_statement_timeout": 1.0, "pool_min_size": 1, "pool_max_size": 1}
+    )
+    await asyncio.to_thread(migrate.upgrade, slow)
+    await db.execute(
+        f"""CREATE FUNCTION {schema}.slow() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.name LIKE 'slow%' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$"""
+    )
+    await db.execute(
+        f"CREATE TRIGGER slow BEFORE INSERT OR UPDATE ON {schema}.shedlock "
+        f"FOR EACH ROW EXECUTE FUNCTION {schema}.slow()"
+    )
+    try:
+        async with in_process(slow) as (app, client):
+            pool = app.state.store.statements.pool
+            backend = await fetch(pool, 1.0, "pid", "SELECT pg_backend_pid() AS pid")
+            started = time.monotonic()
+            answer = await client.post("/v1/locks/slow-job/acquire", json={"lock_at_most_for": "1m"})
+            waited = time.monotonic() - started
+            assert not pool.availability.down
+            assert await fetch(pool, 1.0, "pid", "SELECT pg_backend_pid() AS pid") == backend
+            after = await client.post("/v1/locks/fast-job/acquire", json={"lock_at_most_for": "1m"})
+        rows = await db.fetchval(f"SELECT count(*) FROM {schema}.shedlock WHERE name = 'slow-job'")
+    finally:
+        await asyncio.to_thread(drop_schema, database_url, schema)
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1", answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "storage_unavailable" and "cancelled the statement" in error["message"], error
+    assert 0.9 <= waited < 2.0  # the statement timeout, not the trigger's 3 s
+    assert rows == 0  # rolled back: nothing was done
+    assert after.status_code == 200, after.text
 
 
 @pytest.fixture

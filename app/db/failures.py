@@ -7,6 +7,8 @@
 - Text the database cannot store: a database whose encoding is not UTF8 refuses characters outside its own
   (LATIN1: "锁"), and SQL_ASCII counts ``VARCHAR(64)`` in bytes (40 times "é" is 80 bytes). That is the caller's 422,
   naming the field, until the operator moves to a UTF8 database (``migrate`` and ``/readyz`` say so).
+- A statement Postgres cancelled (its ``statement_timeout``, or an operator's ``pg_cancel_backend``): rolled back,
+  nothing was done, the connection is fine. 503 with ``Retry-After``, and the database is not reported down.
 - A prepared statement the connection no longer finds: a pooler in between (PgBouncer in transaction or statement
   mode) lends each transaction another server connection; ``SCHEDLOCK_DB_STATEMENT_CACHE_SIZE=0`` is the cure.
 """
@@ -21,7 +23,7 @@ from typing import Any
 
 import asyncpg
 
-from app.errors import DatabaseContention, InvalidRequest, RowLockTimeout, StorageUnavailable
+from app.errors import DatabaseContention, InvalidRequest, RowLockTimeout, StatementCancelled, StorageUnavailable
 
 logger = logging.getLogger("schedlock.db")
 
@@ -29,6 +31,8 @@ logger = logging.getLogger("schedlock.db")
 RETRY_ONCE: tuple[type[BaseException], ...] = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
 #: The statement gave up waiting for a row lock (its own lock_timeout): not retried, that row's answer is 503.
 LOCK_TIMEOUT: tuple[type[BaseException], ...] = (asyncpg.LockNotAvailableError,)
+#: Postgres cancelled the statement: a statement timeout (SQLSTATE 57014) or an operator's cancel.
+CANCELLED: tuple[type[BaseException], ...] = (asyncpg.QueryCanceledError,)
 #: A text argument the database cannot store in its encoding.
 UNSTORABLE_TEXT: tuple[type[BaseException], ...] = (
     asyncpg.UntranslatableCharacterError,
@@ -79,6 +83,13 @@ def contended(action: str, exc: BaseException) -> DatabaseContention:
     else:
         why = "it could not be serialized with a concurrent transaction, twice"
     return DatabaseContention(f"{action}: nothing was done, {why}; retry")
+
+
+def cancelled(action: str) -> StatementCancelled:
+    return StatementCancelled(
+        f"{action}: nothing was done, the database cancelled the statement (it ran past the statement timeout, "
+        "or an operator cancelled it); retry"
+    )
 
 
 def unstorable(operation: str, sql: str, args: Sequence[Any], encoding: str, exc: BaseException) -> InvalidRequest:

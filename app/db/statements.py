@@ -36,7 +36,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,  # includes "connection was closed in the middle of operation"
     asyncpg.CannotConnectNowError,
     asyncpg.InsufficientResourcesError,
-    asyncpg.OperatorInterventionError,  # admin shutdown, crash shutdown, query canceled (statement timeout)
+    asyncpg.OperatorInterventionError,  # admin shutdown, crash shutdown (a cancelled statement is caught first)
     asyncpg.TooManyConnectionsError,
     # During a failover: every host of a multi-host URL is a standby (target_session_attrs=read-write found no
     # primary yet), or a connection's server was turned into a standby under it.
@@ -147,6 +147,8 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
         conn = await pool.acquire(pool_timeout)
         try:
             rows = await _run(conn, action, sql, args)
+        except failures.CANCELLED:  # an answer, on a connection as good as before: it goes back to the pool
+            raise
         except _DROP_CONNECTION + failures.LOST_STATEMENT as exc:
             # A connection that failed this way is never lent again; the pool opens a new one. Read-only: its server
             # is a standby now (a switchover), so the next connection finds the primary.
@@ -173,6 +175,9 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
     except failures.LOST_STATEMENT:
         pool.availability.answered()
         raise failures.lost_statement(action) from None
+    except failures.CANCELLED:
+        pool.availability.answered()
+        raise failures.cancelled(action) from None
     except _UNAVAILABLE as exc:
         pool.availability.failed(action, type(exc).__name__)
         raise StorageUnavailable(f"{action}: database unavailable ({type(exc).__name__})") from None
