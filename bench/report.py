@@ -138,6 +138,16 @@ def render(results: dict[str, Any]) -> str:
                 f"p99 {s['acquire']['p99_ms']} ms; release p50 {s['release']['p50_ms']} p99 {s['release']['p99_ms']} "
                 f"ms; errors {s['errors']}" + (f"; server RSS {s['server_rss_mb']} MB" if s["server_rss_mb"] else "")
             )
+    low = lat.get("low")
+    if low:
+        lines += [
+            "",
+            f"LATENCY at low load ({low['rate_target']:g} cycles/s, 1 client, paced; direct: one lone statement)",
+        ]
+        for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):
+            if side in low:
+                a = low[side]["acquire"]
+                lines.append(f"  {title:<26}acquire p50 {a['p50_ms']} p90 {a['p90_ms']} p99 {a['p99_ms']} ms")
     ls = results["list"]
     lines += ["", f"LIST over {results['table_rows']:,} rows ({ls['rate']:g} requests/s, {ls['clients']} clients)"]
     for label in ("first_page", "prefix_page", "held_page"):

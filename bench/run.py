@@ -48,6 +48,8 @@ class Config:
     rate: float = 500.0
     latency_clients: int = 8
     latency_seconds: int = 10
+    low_rate: float = 20.0  # the low-load latency: one client, paced, against one lone statement at a time
+    low_seconds: int = 5
     list_rows: int = 100_000
     list_rate: float = 100.0
     list_clients: int = 2
@@ -216,6 +218,13 @@ class _Bench:
         out: dict[str, Any] = {"rate_target": c.rate, "clients": c.latency_clients, "http": self._http(load).summary()}
         if not c.skip_direct:
             out["direct"] = self._direct(load).summary()
+        # At low load nothing coalesces: one client, paced, so each request meets an idle server, and direct sends
+        # one lone statement at a time. The difference is what the HTTP path adds to a statement.
+        low = Load("own", 1, c.low_seconds, c.names, self.prefix, rate=c.low_rate)
+        self.say(f"latency at low load: 1 client, {c.low_rate:g} cycles/s")
+        out["low"] = {"rate_target": c.low_rate, "clients": 1, "http": self._http(low).summary()}
+        if not c.skip_direct:
+            out["low"]["direct"] = self._direct(low).summary()
         return out
 
     def listing(self) -> dict[str, Any]:

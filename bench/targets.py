@@ -15,6 +15,7 @@ TARGETS: dict[str, tuple[str, str, float | None]] = {
     "cpu_per_cycle_vs_etcd": ("server + Postgres CPU per cycle ÷ etcd's, uncontended", "<=", 1.0),
     "machine_cores_busy": ("whole-machine cores busy, uncontended HTTP at saturation", ">=", 1.8),
     "latency_acquire_p99_ms": ("acquire p99 at 500 cycles/s", "<=", 5.0),
+    "latency_low_p50_gap_ms": ("acquire p50 at low load minus a lone statement's, ms", "<=", 0.3),
     "list_first_page_p99_ms": ("list, first page p99 over 100,000 rows", "<=", 20.0),
     "server_rss_mb": ("server RSS under load", "<=", 120.0),
     # How the figures scale is reported, not judged: on 2 shared cores the machine is the ceiling.
@@ -29,6 +30,13 @@ def _cpu_ratio(throughput: dict[str, Any]) -> float | None:
     postgres = _get(throughput, "uncontended", "http", "db_cpu_us_per_cycle", "median")
     theirs = _get(throughput, "uncontended", "etcd", "cpu_us_per_cycle", "median")
     return round(ours / theirs, 3) if ours and postgres and theirs else None
+
+
+def _low_gap(latency: dict[str, Any]) -> float | None:
+    """The low-load acquire p50 over HTTP minus direct's (a lone statement's); None without both."""
+    http = _get(latency, "low", "http", "acquire", "p50_ms")
+    direct = _get(latency, "low", "direct", "acquire", "p50_ms")
+    return None if http is None or direct is None else round(http - direct, 3)
 
 
 def _scaling(results: dict[str, Any], ratio: str) -> str | None:
@@ -46,6 +54,7 @@ def evaluate(results: dict[str, Any], clients: int, rate: float, etcd_lease: str
         "cpu_per_cycle_vs_etcd": _cpu_ratio(th),
         "machine_cores_busy": _get(th, "uncontended", "http", "machine_cores_busy", "median"),
         "latency_acquire_p99_ms": results["latency"]["http"]["acquire"]["p99_ms"],
+        "latency_low_p50_gap_ms": _low_gap(results["latency"]),
         "list_first_page_p99_ms": results["list"]["first_page"]["get"]["p99_ms"],
         "server_rss_mb": results.get("server_rss_mb_max"),
         "scaling_workers": _scaling(results, "ratio_workers"),
@@ -62,6 +71,7 @@ def evaluate(results: dict[str, Any], clients: int, rate: float, etcd_lease: str
         "cpu_per_cycle_vs_etcd": against_etcd,
         "machine_cores_busy": clients == 32,
         "latency_acquire_p99_ms": rate == 500,
+        "latency_low_p50_gap_ms": True,
         "list_first_page_p99_ms": results.get("table_rows", 0) >= 100_000,
         "server_rss_mb": True,
         "scaling_workers": clients == 32,

@@ -79,6 +79,9 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
 
     for side in ("http", "direct"):
         _run_figures(data["latency"][side], contended=False)
+        _run_figures(data["latency"]["low"][side], contended=False)  # one client, paced
+    gap = data["latency"]["low"]["http"]["acquire"]["p50_ms"] - data["latency"]["low"]["direct"]["acquire"]["p50_ms"]
+    assert data["targets"]["latency_low_p50_gap_ms"]["value"] == round(gap, 3)
     for page in ("first_page", "prefix_page", "held_page"):
         assert data["list"][page]["errors"] == 0
         _latency(data["list"][page]["get"])
@@ -108,6 +111,7 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         "cpu_per_cycle_vs_etcd",
         "machine_cores_busy",
         "latency_acquire_p99_ms",
+        "latency_low_p50_gap_ms",
         "list_first_page_p99_ms",
         "server_rss_mb",
         "scaling_workers",
