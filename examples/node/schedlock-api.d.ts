@@ -1963,7 +1963,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                /** @description Lock name as stored: 1-64 characters, any (a Java node may have made names with '/' or other characters the write operations refuse); percent-encode '/' as %2F and '.' as %2E. */
                 name: string;
             };
             cookie?: never;
@@ -2227,7 +2227,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                /** @description Lock name as stored: 1-64 characters, any (a Java node may have made names with '/' or other characters the write operations refuse); percent-encode '/' as %2F and '.' as %2E. */
                 name: string;
             };
             cookie?: never;
@@ -2494,7 +2494,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                /** @description Lock name as stored: 1-64 characters, any (a Java node may have made names with '/' or other characters the write operations refuse); percent-encode '/' as %2F and '.' as %2E. */
                 name: string;
             };
             cookie?: never;
@@ -2617,7 +2617,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Lock name: 1-64 characters, no control characters, no '/'. */
+                /** @description Lock name as stored: 1-64 characters, any (a Java node may have made names with '/' or other characters the write operations refuse); percent-encode '/' as %2F and '.' as %2E. */
                 name: string;
             };
             cookie?: never;
