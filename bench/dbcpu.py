@@ -34,9 +34,8 @@ def socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def socket_ports(pid: int) -> set[int]:
-    """Local TCP ports of the sockets of the process and its descendants, IPv4 and IPv6."""
-    inodes = socket_inodes(pid)
+def socket_ports(pid: int, inodes: set[str]) -> set[int]:
+    """Local TCP ports of those of the process's sockets (``inodes``) that are TCP, IPv4 and IPv6."""
     ports = set()
     for table in ("tcp", "tcp6"):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
@@ -52,9 +51,8 @@ def socket_ports(pid: int) -> set[int]:
 _UNIX_BACKEND = re.compile(r"\.s\.PGSQL\.\d+\s+\d+\s+\S+\s+(\d+)\s+users:\(\(\"[^\"]*\",pid=(\d+),")
 
 
-def unix_backends(pid: int) -> list[int]:
-    """Pids of the Postgres backends at the other end of process ``pid``'s Unix sockets."""
-    inodes = socket_inodes(pid)
+def unix_backends(inodes: set[str]) -> list[int]:
+    """Pids of the Postgres backends at the other end of these Unix sockets."""
     try:
         listing = subprocess.run(["ss", "-xpn"], capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
@@ -64,8 +62,9 @@ def unix_backends(pid: int) -> list[int]:
 
 def backends_of(database_url: str, pid: int) -> list[int]:
     """Pids of the Postgres backends whose client is process ``pid`` (over TCP, or a Unix socket)."""
-    ports = sorted(socket_ports(pid))  # a server's own (its listening socket, its callers') are among them
-    over_unix = unix_backends(pid)
+    inodes = socket_inodes(pid)
+    ports = sorted(socket_ports(pid, inodes))  # a server's own (its listening socket, its callers') are among them
+    over_unix = unix_backends(inodes)
     if not ports:
         return over_unix
     rows = target.run_sql(
