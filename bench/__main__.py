@@ -27,6 +27,7 @@ QUICK = {
     "latency_clients": 2,
     "latency_seconds": 1,
     "low_seconds": 1,
+    "low_turns": 2,
     "list_rows": 1000,
     "list_rate": 50.0,
     "list_clients": 1,
@@ -64,7 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-clients", type=int, default=d.latency_clients)
     p.add_argument("--latency-seconds", type=int, default=d.latency_seconds)
     p.add_argument("--low-rate", type=float, default=d.low_rate, help="cycles/s of the low-load latency run (20)")
-    p.add_argument("--low-seconds", type=int, default=d.low_seconds)
+    p.add_argument("--low-seconds", type=int, default=d.low_seconds, help="each low-load turn's length (%(default)s)")
+    p.add_argument(
+        "--low-turns", type=int, default=d.low_turns, help="low-load turns of each side, alternating (%(default)s)"
+    )
     p.add_argument("--list-rows", type=int, default=d.list_rows, help="rows seeded for the list (%(default)s)")
     p.add_argument("--list-rate", type=float, default=d.list_rate, help="list requests/s (%(default)s)")
     p.add_argument("--list-clients", type=int, default=d.list_clients)

@@ -142,12 +142,17 @@ def render(results: dict[str, Any]) -> str:
     if low:
         lines += [
             "",
-            f"LATENCY at low load ({low['rate_target']:g} cycles/s, 1 client, paced; direct: one lone statement)",
+            f"LATENCY at low load ({low['rate_target']:g} cycles/s, 1 client, paced; direct: one lone statement; "
+            f"{low.get('turns', 1)} turns each, alternating)",
         ]
         for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):
             if side in low:
                 a = low[side]["acquire"]
-                lines.append(f"  {title:<26}acquire p50 {a['p50_ms']} p90 {a['p90_ms']} p99 {a['p99_ms']} ms")
+                turns = ", ".join(str(t) for t in low[side].get("turn_acquire_p50_ms", []))
+                lines.append(
+                    f"  {title:<26}acquire p50 {a['p50_ms']} p90 {a['p90_ms']} p99 {a['p99_ms']} ms"
+                    + (f" (each turn's p50: {turns})" if turns else "")
+                )
     ls = results["list"]
     lines += ["", f"LIST over {results['table_rows']:,} rows ({ls['rate']:g} requests/s, {ls['clients']} clients)"]
     for label in ("first_page", "prefix_page", "held_page"):

@@ -20,7 +20,7 @@ from bench import etcd as etcd_peer
 from bench.direct import run_direct
 from bench.loadgen import Load, wrk_version
 from bench.measure import measure
-from bench.stats import Phase
+from bench.stats import Phase, pooled
 from bench.summary import RATIOS, SIDES, compare, max_rss
 from bench.targets import evaluate
 
@@ -49,7 +49,8 @@ class Config:
     latency_clients: int = 8
     latency_seconds: int = 10
     low_rate: float = 20.0  # the low-load latency: one client, paced, against one lone statement at a time
-    low_seconds: int = 5
+    low_seconds: int = 5  # each turn's
+    low_turns: int = 3  # turns of each side at low load, alternating, first side rotating
     list_rows: int = 100_000
     list_rate: float = 100.0
     list_clients: int = 2
@@ -219,12 +220,25 @@ class _Bench:
         if not c.skip_direct:
             out["direct"] = self._direct(load).summary()
         # At low load nothing coalesces: one client, paced, so each request meets an idle server, and direct sends
-        # one lone statement at a time. The difference is what the HTTP path adds to a statement.
+        # one lone statement at a time. The difference is what the HTTP path adds to a statement. The sides take
+        # turns, the first rotating: right after the throughput runs the database is still busy (autovacuum,
+        # checkpoints) and whichever side went first alone paid for it (docs/performance-journal.md, 2026-12-02).
         low = Load("own", 1, c.low_seconds, c.names, self.prefix, rate=c.low_rate)
-        self.say(f"latency at low load: 1 client, {c.low_rate:g} cycles/s")
-        out["low"] = {"rate_target": c.low_rate, "clients": 1, "http": self._http(low).summary()}
+        sides: dict[str, Callable[[Load], Phase]] = {"http": self._http}
         if not c.skip_direct:
-            out["low"]["direct"] = self._direct(low).summary()
+            sides["direct"] = self._direct
+        order = list(sides)
+        turns: dict[str, list[Phase]] = {side: [] for side in sides}
+        for i in range(max(1, c.low_turns)):
+            for side in order[i % len(order) :] + order[: i % len(order)]:
+                self.say(f"latency at low load: 1 client, {c.low_rate:g} cycles/s, {side} turn {i + 1}")
+                turns[side].append(sides[side](low))
+        out["low"] = {"rate_target": c.low_rate, "clients": 1, "turns": max(1, c.low_turns)}
+        for side, phases in turns.items():
+            out["low"][side] = {
+                **pooled(phases).summary(),
+                "turn_acquire_p50_ms": [p.summary()["acquire"]["p50_ms"] for p in phases],
+            }
         return out
 
     def listing(self) -> dict[str, Any]:

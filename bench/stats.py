@@ -121,3 +121,32 @@ def combine(phases: Sequence[Phase]) -> Phase:
             out.counts[key] = out.counts.get(key, 0) + value
         out.loadgen_cpu_s += p.loadgen_cpu_s
     return out
+
+
+def pooled(phases: Sequence[Phase]) -> Phase:
+    """Phases of one side that ran one after another (turns) as one: their samples and counts together, over their
+    summed durations; CPU figures summed when every turn has them, the largest RSS."""
+    if len(phases) == 1:
+        return phases[0]
+
+    def total(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    requests = [p.http_requests for p in phases]
+    rss = [p.server_rss_mb for p in phases if p.server_rss_mb is not None]
+    out = Phase(
+        seconds=sum(p.seconds for p in phases),
+        loadgen_cpu_s=sum(p.loadgen_cpu_s for p in phases),
+        server_cpu_s=total([p.server_cpu_s for p in phases]),
+        server_rss_mb=max(rss) if rss else None,
+        db_cpu_s=total([p.db_cpu_s for p in phases]),
+        machine_cpu_s=total([p.machine_cpu_s for p in phases]),
+        http_requests=None if any(r is None for r in requests) else sum(r for r in requests if r is not None),
+    )
+    for p in phases:
+        out.acquire_us += p.acquire_us
+        out.release_us += p.release_us
+        out.get_us += p.get_us
+        for key, value in p.counts.items():
+            out.counts[key] = out.counts.get(key, 0) + value
+    return out

@@ -19,7 +19,7 @@ from bench import compare, dbcpu
 from bench.__main__ import _parser
 from bench.about import redact_url
 from bench.loadgen import Load, parse_samples
-from bench.stats import Phase, combine, latency_summary, percentile
+from bench.stats import Phase, combine, latency_summary, percentile, pooled
 from bench.summary import what_waits
 from bench.targets import evaluate
 from tests.support.pgcluster import PgCluster
@@ -80,6 +80,12 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
     for side in ("http", "direct"):
         _run_figures(data["latency"][side], contended=False)
         _run_figures(data["latency"]["low"][side], contended=False)  # one client, paced
+    # The low-load sides take turns (--quick: 2 each), every turn's p50 recorded, the figures over all of them.
+    assert data["latency"]["low"]["turns"] == 2
+    for side in ("http", "direct"):
+        low = data["latency"]["low"][side]
+        assert len(low["turn_acquire_p50_ms"]) == 2 and all(p > 0 for p in low["turn_acquire_p50_ms"])
+        assert low["acquire"]["count"] == low["counts"]["acq_ok"] + low["counts"].get("acq_held", 0)
     gap = data["latency"]["low"]["http"]["acquire"]["p50_ms"] - data["latency"]["low"]["direct"]["acquire"]["p50_ms"]
     assert data["targets"]["latency_low_p50_gap_ms"]["value"] == round(gap, 3)
     for page in ("first_page", "prefix_page", "held_page"):
@@ -217,6 +223,16 @@ def test_phases_at_the_same_time_add_up() -> None:
     assert (both.seconds, both.acquire_us, both.http_requests, both.loadgen_cpu_s) == (2.1, [1.0, 2.0], 13, 0.5)
     assert both.counts == {"acq_ok": 4, "rel_ok": 6, "acq_held": 1}
     assert combine([first]) is first
+
+
+def test_phases_one_after_another_add_their_durations() -> None:
+    first = Phase(seconds=2.0, acquire_us=[1.0], counts={"rel_ok": 4}, server_cpu_s=0.5, db_cpu_s=0.2, server_rss_mb=90)
+    second = Phase(seconds=3.0, acquire_us=[2.0], counts={"rel_ok": 6}, server_cpu_s=0.25, server_rss_mb=95)
+    both = pooled([first, second])
+    assert (both.seconds, both.acquire_us, both.counts, both.server_rss_mb) == (5.0, [1.0, 2.0], {"rel_ok": 10}, 95)
+    assert both.server_cpu_s == 0.75 and both.db_cpu_s is None  # a turn without it: unknown, not a partial sum
+    assert both.summary()["cycles_per_s"] == 2.0
+    assert pooled([first]) is first
 
 
 def test_database_password_is_redacted() -> None:
