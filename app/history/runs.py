@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from app.db.params import Params, name_filters
 from app.db.runner import Fetcher
 from app.db.schema import runs_table, skips_table
 from app.locking.rows import NOW
@@ -104,17 +105,8 @@ class History:
         names starting with it; ``scope``: only names starting with one of these (a token's prefixes; None: all);
         ``since`` and ``until``: acquired in [since, until) (naive UTC); ``ended``: only ended (True) or only
         running (False) runs."""
-        args: list[Any] = []
-
-        def arg(value: Any) -> str:
-            args.append(value)
-            return f"${len(args)}"
-
-        where: list[str] = []
-        if prefix:
-            where.append(f"starts_with(r.name, {arg(prefix)})")
-        if scope is not None:
-            where.append("(" + (" OR ".join(f"starts_with(r.name, {arg(p)})" for p in scope) or "false") + ")")
+        arg = Params()
+        where = name_filters("r.name", arg, prefix=prefix, scope=scope)
         if since is not None:
             where.append(f"r.acquired_at >= {arg(since)}")
         if until is not None:
@@ -124,7 +116,8 @@ class History:
             where.append(f"NOT {running}" if ended else running)
         if before is not None:
             where.append(f"(r.acquired_at, r.fencing_token) < ({arg(before[0])}, {arg(before[1])})")
-        return await self._page(" AND ".join(where) or "true", "acquired_at DESC, fencing_token DESC", args, limit)
+        order = "acquired_at DESC, fencing_token DESC"
+        return await self._page(" AND ".join(where) or "true", order, arg.values, limit)
 
     async def _page(self, where: str, order: str, args: list[Any], limit: int) -> RunPage:
         """Runs matching ``where`` (over ``r``, parameters ``args``) in ``order``: one more than ``limit`` tells

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from app.db.params import Params, name_filters
 from app.db.runner import Fetcher
 from app.db.schema import jobs_table, runs_table, skips_table
 from app.history.runs import Run
@@ -104,23 +105,14 @@ class JobStore:
     ) -> tuple[list[Job], bool, datetime]:
         """Jobs by name after ``after``; ``prefix``: names starting with it; ``scope``: only names starting with one
         of these (a token's prefixes; None: all). One more than ``limit`` tells whether a next page exists."""
-        args: list[Any] = []
-
-        def arg(value: Any) -> str:
-            args.append(value)
-            return f"${len(args)}"
-
-        where: list[str] = []
-        if prefix:
-            where.append(f"starts_with(name, {arg(prefix)})")
-        if scope is not None:
-            where.append("(" + (" OR ".join(f"starts_with(name, {arg(p)})" for p in scope) or "false") + ")")
+        arg = Params()
+        where = name_filters("name", arg, prefix=prefix, scope=scope)
         if after is not None:
             where.append(f"name > {arg(after)}")
         jobs = f"SELECT {_JOB} FROM {self.jobs_table} WHERE {' AND '.join(where) or 'true'} ORDER BY name"
         sql = f"""SELECT t.db_time, j.* FROM (SELECT {NOW} AS db_time) t
             LEFT JOIN LATERAL ({jobs} LIMIT {arg(limit + 1)}) j ON true ORDER BY j.name"""
-        rows = await self._statements.fetch("jobs", sql, *args)
+        rows = await self._statements.fetch("jobs", sql, *arg.values)
         found = [_job(r) for r in rows if r["name"] is not None]
         return found[:limit], len(found) > limit, rows[0]["db_time"]
 

@@ -8,6 +8,7 @@ import binascii
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.db.params import Params
 from app.locking.rows import NOW, ROW
 
 #: The longest cursor accepted. A cursor carries the last name of a page, and a name is whatever the table holds:
@@ -46,12 +47,7 @@ def list_query(
     # Static text per combination of filters (never "$1 IS NULL OR ..."), so each prepared statement keeps an
     # index range scan even once Postgres switches it to a generic plan.
     where: list[str] = []
-    args: list[Any] = []
-
-    def arg(value: Any) -> str:
-        args.append(value)
-        return f"${len(args)}"
-
+    arg = Params()
     if after is not None:
         where.append(f'name COLLATE "C" > {arg(after)}')
     if prefix:
@@ -65,7 +61,7 @@ def list_query(
         where.append(f"lock_until {'>' if held else '<='} {NOW}")
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     sql = f'SELECT {ROW}, {NOW} AS db_time FROM {table} {clause} ORDER BY name COLLATE "C" LIMIT {arg(limit + 1)}'
-    return sql, args
+    return sql, arg.values
 
 
 def _scope_condition(scope: Sequence[str], arg: Callable[[Any], str]) -> str:
