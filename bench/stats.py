@@ -113,13 +113,8 @@ def combine(phases: Sequence[Phase]) -> Phase:
     out = Phase(
         seconds=max(p.seconds for p in phases), http_requests=sum(requests) if len(requests) == len(phases) else None
     )
-    for p in phases:
-        out.acquire_us += p.acquire_us
-        out.release_us += p.release_us
-        out.get_us += p.get_us
-        for key, value in p.counts.items():
-            out.counts[key] = out.counts.get(key, 0) + value
-        out.loadgen_cpu_s += p.loadgen_cpu_s
+    _add_samples(out, phases)
+    out.loadgen_cpu_s += sum(p.loadgen_cpu_s for p in phases)
     return out
 
 
@@ -143,10 +138,15 @@ def pooled(phases: Sequence[Phase]) -> Phase:
         machine_cpu_s=total([p.machine_cpu_s for p in phases]),
         http_requests=None if any(r is None for r in requests) else sum(r for r in requests if r is not None),
     )
+    _add_samples(out, phases)
+    return out
+
+
+def _add_samples(out: Phase, phases: Sequence[Phase]) -> None:
+    """Every phase's latency samples and outcome counts, added to ``out``'s."""
     for p in phases:
         out.acquire_us += p.acquire_us
         out.release_us += p.release_us
         out.get_us += p.get_us
         for key, value in p.counts.items():
             out.counts[key] = out.counts.get(key, 0) + value
-    return out
