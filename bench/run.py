@@ -222,18 +222,19 @@ class _Bench:
         # At low load nothing coalesces: one client, paced, so each request meets an idle server, and direct sends
         # one lone statement at a time. The difference is what the HTTP path adds to a statement. The sides take
         # turns, the first rotating: right after the throughput runs the database is still busy (autovacuum,
-        # checkpoints) and whichever side went first alone paid for it (docs/performance-journal.md, 2026-12-02).
+        # checkpoints) and whichever side went first alone paid for it (docs/performance-journal.md, 2026-12-03).
         low = Load("own", 1, c.low_seconds, c.names, self.prefix, rate=c.low_rate)
         sides: dict[str, Callable[[Load], Phase]] = {"http": self._http}
         if not c.skip_direct:
             sides["direct"] = self._direct
         order = list(sides)
+        turn_count = max(1, c.low_turns)
         turns: dict[str, list[Phase]] = {side: [] for side in sides}
-        for i in range(max(1, c.low_turns)):
+        for i in range(turn_count):
             for side in order[i % len(order) :] + order[: i % len(order)]:
                 self.say(f"latency at low load: 1 client, {c.low_rate:g} cycles/s, {side} turn {i + 1}")
                 turns[side].append(sides[side](low))
-        out["low"] = {"rate_target": c.low_rate, "clients": 1, "turns": max(1, c.low_turns)}
+        out["low"] = {"rate_target": c.low_rate, "clients": 1, "turns": turn_count}
         for side, phases in turns.items():
             out["low"][side] = {
                 **pooled(phases).summary(),
