@@ -11,8 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.routing import APIRoute
+from hypothesis import given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 from pydantic import SecretStr
+from starlette.routing import Match
 
+from app.api.middleware.lean import LeanRoutes
+from app.api.routes import locks
 from app.auth.tokens import hash_secret
 from app.errors import ERROR_CODES
 from app.settings import Settings
@@ -268,3 +275,59 @@ async def test_a_lease_taken_on_one_path_is_honoured_by_the_other(
     assert r.status_code == 200
     r = await lean.post(f"/v1/locks/{name}/release", json={"token": lease["token"]}, headers=AUTH)
     assert r.status_code == 200
+
+
+def _lean_routes() -> LeanRoutes:
+    routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
+    return LeanRoutes(lambda scope, receive, send: None, routes)  # type: ignore[arg-type, return-value]
+
+
+_POST_ENDINGS = ("/acquire", "/release", "/extend")
+_PIECES = st.sampled_from(["/", "a", "acquire", "release", "extend", "runs", "\n", "%2F", ".", " ", "é", "/acquire"])
+
+
+@settings_(max_examples=400, deadline=None)
+@given(
+    method=st.sampled_from(["POST", "GET", "PUT"]),
+    middle=st.lists(_PIECES, max_size=6).map("".join),
+    ending=st.sampled_from(["/acquire", "/release", "/extend", "", "/acquire\n", "acquire"]),
+    root_path=st.sampled_from(["", "/behind"]),
+    prefix=st.sampled_from(["/v1/locks/", "/v1/locks", "/v1/lock/"]),
+)
+def test_a_post_matched_without_its_pattern_matches_as_the_route_would(
+    method: str, middle: str, ending: str, root_path: str, prefix: str
+) -> None:
+    """``_match_post`` gives what the first route whose ``matches`` is FULL gives (endpoint, name, route), or leaves
+    the path to the routes' patterns; and it does take the plain POSTs, the hot path it exists for."""
+    lean = _lean_routes()
+    path = root_path + prefix + middle + ending
+    scope: dict[str, Any] = {"type": "http", "method": method, "path": path, "root_path": root_path}
+    expected = None
+    for route, _ in lean.routes:
+        match, child = route.matches(dict(scope))
+        if match is Match.FULL:
+            expected = (child["endpoint"], child["path_params"], child["route"])
+            break
+    fast = dict(scope)
+    plain = (
+        method == "POST" and not root_path and prefix == "/v1/locks/" and ending in ("/acquire", "/release", "/extend")
+    )
+    # LeanRoutes asks _match_post only about paths that start with the routes' prefix.
+    if path.startswith("/v1/locks/") and lean._match_post(fast, path, path[path.rfind("/") :]) is not None:
+        assert (fast["endpoint"], fast["path_params"], fast["route"]) == expected, path
+    elif plain:
+        raise AssertionError(f"a plain POST to {path!r} was left to the patterns")
+
+
+@pytest.mark.parametrize("first", [f"Bearer {SECRET}", "Bearer nope"])
+async def test_the_first_authorization_header_is_the_one_both_paths_read(
+    pair: tuple[httpx.AsyncClient, httpx.AsyncClient], first: str
+) -> None:
+    other = "Bearer nope" if first != "Bearer nope" else f"Bearer {SECRET}"
+    statuses = []
+    for client in pair:
+        headers = [("Authorization", first), ("Authorization", other)]
+        name = f"lean.twice-{uuid.uuid4().hex[:8]}"
+        r = await client.post(f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "1m"}, headers=headers)
+        statuses.append(r.status_code)
+    assert statuses == ([200, 200] if first != "Bearer nope" else [401, 401])

@@ -5,9 +5,11 @@ every route) costs more CPU than the lock statement itself (docs/performance.md)
 one simple shape: a lock name in the path, maybe a JSON body, the caller's identity. This middleware serves
 exactly those routes itself:
 
-- it matches with each route's own pattern (``route.matches``), so paths are declared once, in the router;
-- it authenticates with the same dependency the route declares (``app.api.deps.bearer``), before any validation, as
-  FastAPI does;
+- it matches with each route's own pattern (``route.matches``), so paths are declared once, in the router; a POST
+  to a path ending in ``/acquire``, ``/release`` or ``/extend`` is matched without the pattern's regular expression,
+  to the same result (``_match_post``);
+- it authenticates with what the route's dependency (``app.api.deps.bearer``) uses, the app's Authenticator on the
+  ``Authorization`` header, before any validation, as FastAPI does;
 - it reads the body with the same function (app.api.bodies: JSON only, else 415), and validates the name and the
   body with the same rule and model (errors located as FastAPI locates them);
 - it calls the route's own endpoint function, and answers errors through ``app.api.errors``.
@@ -25,13 +27,13 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.bodies import read_json
-from app.api.deps import bearer
+from app.api.deps import authenticate
 from app.api.errors import known_error_response
 
 Endpoint = Callable[..., Awaitable[Response]]
@@ -55,20 +57,63 @@ class LeanRoutes:
         endings = {_ending(route) for route, _ in self.routes}
         self._tries = {ending: sorted(self.routes, key=lambda pair: _ending(pair[0]) != ending) for ending in endings}
         self._default_tries = self._tries.get("", self.routes)  # a path ending in a name: the read route first
+        # POST routes by their literal ending, each matched without its pattern (_match_post).
+        self._posts = {_ending(r): (r, e) for r, e in self.routes if _plain_post(r, self._prefix)}
+        self._shortest = {ending: len(self._prefix) + len(ending) for ending in self._posts}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(self._prefix):
             path = scope["path"]
-            tries = self._tries.get(path[path.rfind("/") :], self._default_tries)
-            for route, endpoint in tries:
-                match, child_scope = route.matches(scope)
-                if match is Match.FULL:
-                    scope.update(child_scope)
-                    scope[SERVED_KEY] = True  # what the tests' witness looks for (tests/support/apps.py)
-                    response = await endpoint(Request(scope, receive))
-                    await response(scope, receive, send)
-                    return
+            ending = path[path.rfind("/") :]
+            served = self._match_post(scope, path, ending)
+            if served is None:
+                for route, endpoint in self._tries.get(ending, self._default_tries):
+                    match, child_scope = route.matches(scope)
+                    if match is Match.FULL:
+                        scope.update(child_scope)
+                        served = endpoint
+                        break
+            if served is not None:
+                scope[SERVED_KEY] = True  # what the tests' witness looks for (tests/support/apps.py)
+                response = await served(Request(scope, receive))
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
+
+    def _match_post(self, scope: Scope, path: str, ending: str) -> _LeanEndpoint | None:
+        """``route.matches`` for a POST to a path (starting with the routes' prefix) that ends exactly in a POST
+        route's ending, without the pattern's regular expression: ``<prefix>{name}<ending>`` with a name that may
+        be any text (app.api.routes.locks' ``lockpath``) matches such a path, the name being what lies between.
+        Anything else (another method, a root path, a path too short to hold both) is left to ``route.matches``;
+        tests/test_lean.py compares the two. The child scope is APIRoute.matches': the endpoint, the name, the route.
+        """
+        found = self._posts.get(ending)
+        if found is None or scope["method"] != "POST" or scope.get("root_path") or len(path) < self._shortest[ending]:
+            return None
+        route, endpoint = found
+        scope["endpoint"] = route.endpoint
+        scope["path_params"] = {
+            **scope.get("path_params", {}),
+            "name": path[len(self._prefix) : len(path) - len(ending)],
+        }
+        scope["route"] = route
+        return endpoint
+
+
+#: A path parameter's pattern that matches any text (app.api.routes.locks' ``lockpath``).
+_ANYTHING = r"[\s\S]*"
+
+
+def _plain_post(route: APIRoute, prefix: str) -> bool:
+    """Whether ``route`` is ``POST <prefix>{name}<ending>`` with a name that may be any text and a literal ending:
+    then a path matches it exactly when it starts with the prefix, ends with the ending and has room for both."""
+    ending = _ending(route)
+    return (
+        route.methods == {"POST"}
+        and bool(ending)
+        and route.path_format == f"{prefix}{{name}}{ending}"
+        and getattr(route.param_convertors.get("name"), "regex", None) == _ANYTHING
+    )
 
 
 def _ending(route: APIRoute) -> str:
@@ -92,11 +137,12 @@ class _LeanEndpoint:
 
     async def __call__(self, request: Request) -> Response:
         try:
-            principal = await bearer(request)
+            authorization, content_type = _two_headers(request.scope["headers"])
+            principal = authenticate(request, authorization)  # what the route's bearer dependency does
             kwargs: dict[str, Any] = {"principal": principal, "request": request}
-            raw = await request.body() if self.body_model is not None else b""
+            raw = await _body(request) if self.body_model is not None else b""
             # A body that is not declared JSON, or not JSON, is refused before any field is looked at (as FastAPI).
-            data = read_json(request.headers.get("content-type"), raw) if raw else None
+            data = read_json(content_type, raw) if raw else None
             errors: list[Any] = []
             kwargs["name"] = _validate(self.name, request.path_params["name"], ("path", "name"), errors)
             if self.body_model is not None:
@@ -112,6 +158,35 @@ class _LeanEndpoint:
             if response is None:
                 raise
             return response
+
+
+def _two_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
+    """``Authorization`` and ``Content-Type`` in one pass over the request's headers, each the first one sent (as
+    Starlette's ``request.headers.get`` gives it): the lean path needs no other header."""
+    authorization = content_type = None
+    for key, value in headers:
+        if key == b"authorization":
+            if authorization is None:
+                authorization = value.decode("latin-1")
+        elif key == b"content-type" and content_type is None:
+            content_type = value.decode("latin-1")
+    return authorization, content_type
+
+
+async def _body(request: Request) -> bytes:
+    """``await request.body()``, without its async generator for the usual body of one message; kept on the
+    request as Starlette keeps it. A client gone before the end raises ClientDisconnect (answered 499)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await request.receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    vars(request)["_body"] = body
+    return body
 
 
 def _validate(validator: Callable[[Any], Any], value: Any, loc: tuple[str, ...], errors: list[Any]) -> Any:

@@ -15,9 +15,10 @@ from app.api import openapi_history as examples
 from app.api.bodies import JsonBodyRoute
 from app.api.deps import HistoryDep, PrincipalDep, StoreDep
 from app.api.models_history import ForceReleaseRequest, ForceReleaseResponse
+from app.api.responses import json_response
 from app.api.routes import LOCKS
 from app.api.routes.locks import RowName
-from app.api.routes.runs import json_response, run_view
+from app.api.routes.runs import run_view
 from app.locking.names import refuse_reserved
 from app.locking.timefmt import format_time
 

@@ -23,9 +23,10 @@ from app.api.bodies import JsonBodyRoute
 from app.api.deps import PrincipalDep, SettingsDep
 from app.api.models_history import QueryTime
 from app.api.models_jobs import JobList, JobRequest, JobState, JobView, TickBrief, TickList, TickView
+from app.api.responses import json_response
 from app.api.routes import V1
 from app.api.routes.locks import LockName
-from app.api.routes.runs import json_response, run_view
+from app.api.routes.runs import run_view
 from app.errors import InvalidRequest, JobNotFound
 from app.jobs.model import DEFAULT_GRACE, expected, parse_grace
 from app.jobs.status import Jobs, JobStatus

@@ -6,7 +6,6 @@ from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
@@ -24,6 +23,7 @@ from app.api.models import (
     ReleaseRequest,
     ReleaseResponse,
 )
+from app.api.responses import json_response
 from app.api.routes import LOCKS
 from app.errors import InvalidRequest
 from app.locking.durations import format_duration
@@ -79,11 +79,6 @@ RowName = Annotated[
         examples=["nightly-billing"],
     ),
 ]
-
-
-def _json(model: BaseModel) -> Response:
-    # Built here rather than by FastAPI's response_model pass, which would validate the model a second time.
-    return Response(content=model.model_dump_json(), media_type="application/json")
 
 
 def _check_window(settings: Settings, at_most: timedelta, at_least: timedelta | None) -> None:
@@ -148,7 +143,7 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
         if body.schedule is not None:  # the acquire names its job's schedule: register it (docs/jobs.md)
             await request.app.state.registrar.saw(name, body.schedule, body.timezone)
     row = lease.row
-    return _json(
+    return json_response(
         AcquireResponse(
             name=row.name,
             token=lease.token,
@@ -199,7 +194,7 @@ async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep,
     answer = ReleaseResponse(
         name=row.name, lock_until=row.lock_until, db_time=row.db_time, slot=row.slot, completed=done
     )
-    return _json(answer)
+    return json_response(answer)
 
 
 @router.post(
@@ -230,7 +225,7 @@ async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, r
     refuse_reserved(name)
     _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
     row = await store_of(request).extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
-    return _json(
+    return json_response(
         ExtendResponse(
             name=row.name,
             fencing_token=row.fencing_token,
@@ -252,7 +247,7 @@ async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, r
 async def get_lock(name: RowName, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=False)
     row = await store_of(request).get(name)
-    return _json(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
+    return json_response(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
 
 
 def _decode_cursor(cursor: str) -> str:
@@ -298,7 +293,7 @@ async def list_locks(
     after = _decode_cursor(cursor) if cursor is not None else None
     page = await store.page(prefix=prefix, held=held, after=after, limit=limit, scope=principal.prefixes)
     next_cursor = encode_cursor(page.rows[-1].name) if page.has_more else None
-    return _json(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))
+    return json_response(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))
 
 
 #: Endpoints the lean path (app.api.middleware.lean) serves: the same functions, without FastAPI's generic binding.

@@ -14,13 +14,13 @@ from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
 from starlette.responses import Response
 
 from app.api import openapi as doc
 from app.api import openapi_history as examples
 from app.api.deps import HistoryDep, PrincipalDep, SettingsDep
 from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, SkipList
+from app.api.responses import json_response
 from app.api.routes import LOCKS, V1
 from app.api.routes.locks import RowName
 from app.errors import InvalidRequest
@@ -34,10 +34,6 @@ router = APIRouter(tags=["history"])
 
 #: 31 days: what GET .../skips may span.
 MAX_SKIP_HOURS = 744
-
-
-def json_response(model: BaseModel) -> Response:
-    return Response(content=model.model_dump_json(), media_type="application/json")
 
 
 def _milliseconds(value: datetime) -> int:
