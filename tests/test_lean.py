@@ -290,7 +290,7 @@ _PIECES = st.sampled_from(["/", "a", "acquire", "release", "extend", "runs", "\n
 @given(
     method=st.sampled_from(["POST", "GET", "PUT"]),
     middle=st.lists(_PIECES, max_size=6).map("".join),
-    ending=st.sampled_from(["/acquire", "/release", "/extend", "", "/acquire\n", "acquire"]),
+    ending=st.sampled_from([*_POST_ENDINGS, "", "/acquire\n", "acquire"]),
     root_path=st.sampled_from(["", "/behind"]),
     prefix=st.sampled_from(["/v1/locks/", "/v1/locks", "/v1/lock/"]),
 )
@@ -309,9 +309,7 @@ def test_a_post_matched_without_its_pattern_matches_as_the_route_would(
             expected = (child["endpoint"], child["path_params"], child["route"])
             break
     fast = dict(scope)
-    plain = (
-        method == "POST" and not root_path and prefix == "/v1/locks/" and ending in ("/acquire", "/release", "/extend")
-    )
+    plain = method == "POST" and not root_path and prefix == "/v1/locks/" and ending in _POST_ENDINGS
     # LeanRoutes asks _match_post only about paths that start with the routes' prefix.
     if path.startswith("/v1/locks/") and lean._match_post(fast, path, path[path.rfind("/") :]) is not None:
         assert (fast["endpoint"], fast["path_params"], fast["route"]) == expected, path

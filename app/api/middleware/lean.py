@@ -59,7 +59,6 @@ class LeanRoutes:
         self._default_tries = self._tries.get("", self.routes)  # a path ending in a name: the read route first
         # POST routes by their literal ending, each matched without its pattern (_match_post).
         self._posts = {_ending(r): (r, e) for r, e in self.routes if _plain_post(r, self._prefix)}
-        self._shortest = {ending: len(self._prefix) + len(ending) for ending in self._posts}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(self._prefix):
@@ -88,13 +87,19 @@ class LeanRoutes:
         tests/test_lean.py compares the two. The child scope is APIRoute.matches': the endpoint, the name, the route.
         """
         found = self._posts.get(ending)
-        if found is None or scope["method"] != "POST" or scope.get("root_path") or len(path) < self._shortest[ending]:
+        prefix = self._prefix
+        if (
+            found is None
+            or scope["method"] != "POST"
+            or scope.get("root_path")
+            or len(path) < len(prefix) + len(ending)
+        ):
             return None
         route, endpoint = found
         scope["endpoint"] = route.endpoint
         scope["path_params"] = {
             **scope.get("path_params", {}),
-            "name": path[len(self._prefix) : len(path) - len(ending)],
+            "name": path[len(prefix) : len(path) - len(ending)],
         }
         scope["route"] = route
         return endpoint
@@ -110,7 +115,6 @@ def _plain_post(route: APIRoute, prefix: str) -> bool:
     ending = _ending(route)
     return (
         route.methods == {"POST"}
-        and bool(ending)
         and route.path_format == f"{prefix}{{name}}{ending}"
         and getattr(route.param_convertors.get("name"), "regex", None) == _ANYTHING
     )
