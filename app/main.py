@@ -12,6 +12,7 @@ from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
+from app.api.direct import DirectLane
 from app.api.errors import install_error_handlers
 from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.limits import BodySizeLimit
@@ -68,15 +69,19 @@ def create_app(
     settings: Settings | None = None,
     *,
     lean: bool = True,
+    direct: bool = True,
     freeze_gc: bool = False,
     authenticator: Authenticator | None = None,
 ) -> FastAPI:
     """The service. Raises app.auth.tokens.TokenConfigError if the token configuration is unusable.
 
     ``lean=False`` leaves the lock operations to FastAPI's generic request handling (app.api.middleware.lean explains
-    why they normally are not); tests compare the two. ``freeze_gc`` (for the one app of a server process) moves
-    everything alive once the app has started out of the garbage collector's reach: the app, its routes and
-    models are many objects, and a full collection walking them paused every request (docs/performance.md).
+    why they normally are not); tests compare the two. ``direct=False`` (with ``lean``) leaves them to the lean path
+    behind the ASGI layers even when served by app.api.protocol, which otherwise hands their plain POSTs to the
+    app's direct lane (app.api.direct); tests compare those two too. ``freeze_gc`` (for the one app of a server
+    process) moves everything alive once the app has started out of the garbage collector's reach: the app, its
+    routes and models are many objects, and a full collection walking them paused every request
+    (docs/performance.md).
     ``authenticator``: one already built from these settings (``serve`` builds it first to check the exposure)."""
     settings = settings or Settings()
     metrics = Metrics(shared=multiprocess.worker_dir())
@@ -171,13 +176,17 @@ def create_app(
     app.include_router(metrics_route.router)
     app.include_router(docs.router)
     ui.install(app)
+    lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
     if lean:
-        lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
         app.add_middleware(LeanRoutes, routes=lean_routes)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     loopback_only = not authenticator.enabled and is_loopback(settings.host)
     app.add_middleware(OriginGuard, allowed=settings.allowed_origins or (), loopback_only=loopback_only)
     app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
+    if lean and direct:
+        # The lane uses the lean path's table and endpoints and the observer's record, not their next layers.
+        lane_routes, observer = LeanRoutes(app.router, lean_routes), RequestObserver(app.router, metrics)
+        app.state.direct_lane = DirectLane(app, lane_routes, observer, settings.max_body_bytes)
     return app
 
 

@@ -67,11 +67,13 @@ def run(settings: Settings, authenticator: Authenticator) -> None:
     Postgres, and before the log lines of the last turn of the event loop are written (app.ops.logs holds them
     until the turn ends). Every process that runs a uvicorn server therefore exits through SystemExit instead."""
     signal.signal(signal.SIGTERM, exit_on_sigterm)
-    options = uvicorn_options(settings)
     if settings.workers == 1:
         # One process keeps its metrics in memory (the cheaper path). prometheus-client decides when first imported
-        # (by app.main): a directory named for its multiprocess mode would make it write every value to files.
+        # (by app.main, or the protocol's direct lane): a directory named for its multiprocess mode would make it
+        # write every value to files. So this comes before anything imports either.
         os.environ.pop(multiprocess.ENV, None)
+    options = uvicorn_options(settings)
+    if settings.workers == 1:
         from app.main import create_app
 
         uvicorn.run(create_app(settings, freeze_gc=True, authenticator=authenticator), **options)

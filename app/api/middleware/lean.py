@@ -15,7 +15,9 @@ exactly those routes itself:
 - it calls the route's own endpoint function, and answers errors through ``app.api.errors``.
 
 The routes stay ordinary FastAPI routes: they document the API (OpenAPI, /docs), and without this middleware
-FastAPI serves them the generic way with the same results (tests/test_lean.py compares the two).
+FastAPI serves them the generic way with the same results (tests/test_lean.py compares the two). Served by
+app.api.protocol, most of their POSTs do not even come this far: the direct lane (app.api.direct) serves them from
+the protocol with this middleware's table and endpoints (``plain_post``), without the ASGI layers.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class LeanRoutes:
         prefixes = {route.path_format.split("{", 1)[0] for route, _ in self.routes}
         assert len(prefixes) == 1, f"lean routes must share one prefix, got {prefixes}"
         self._prefix = prefixes.pop()
+        self.prefix = self._prefix  # what the direct lane (app.api.direct) tests a path against first
         # The route whose literal ending (".../acquire") the path has is tried first. At most one of these routes
         # can match a request fully (their endings and methods differ), so the order changes only the cost.
         endings = {_ending(route) for route, _ in self.routes}
@@ -86,23 +89,25 @@ class LeanRoutes:
         Anything else (another method, a root path, a path too short to hold both) is left to ``route.matches``;
         tests/test_lean.py compares the two. The child scope is APIRoute.matches': the endpoint, the name, the route.
         """
-        found = self._posts.get(ending)
-        prefix = self._prefix
-        if (
-            found is None
-            or scope["method"] != "POST"
-            or scope.get("root_path")
-            or len(path) < len(prefix) + len(ending)
-        ):
+        if scope["method"] != "POST" or scope.get("root_path"):
             return None
-        route, endpoint = found
+        found = self.plain_post(path, ending)
+        if found is None:
+            return None
+        route, endpoint, name = found
         scope["endpoint"] = route.endpoint
-        scope["path_params"] = {
-            **scope.get("path_params", {}),
-            "name": path[len(prefix) : len(path) - len(ending)],
-        }
+        scope["path_params"] = {**scope.get("path_params", {}), "name": name}
         scope["route"] = route
         return endpoint
+
+    def plain_post(self, path: str, ending: str) -> tuple[APIRoute, _LeanEndpoint, str] | None:
+        """The POST route a path (starting with the routes' prefix, ``ending`` its text from the last '/') names,
+        its endpoint and the lock name, when the path ends exactly in that route's ending and has room for the
+        prefix too; else None. What ``_match_post`` and the direct lane (app.api.direct) match with."""
+        found = self._posts.get(ending)
+        if found is None or len(path) < len(self._prefix) + len(ending):
+            return None
+        return found[0], found[1], path[len(self._prefix) : len(path) - len(ending)]
 
 
 #: A path parameter's pattern that matches any text (app.api.routes.locks' ``lockpath``).

@@ -78,6 +78,11 @@ def _incoming_request_id(scope: Scope) -> str | None:
     return None
 
 
+def request_id_of(scope: Scope) -> str:
+    """The request's id: the caller's ``X-Request-ID`` when it is a short token, else a new one."""
+    return _incoming_request_id(scope) or new_request_id()
+
+
 class RequestObserver:
     """Times each HTTP request, counts it by route template and status, and writes one access-log line."""
 
@@ -90,7 +95,7 @@ class RequestObserver:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        rid = _incoming_request_id(scope) or new_request_id()
+        rid = request_id_of(scope)
         header = (b"x-request-id", rid.encode())
         status = 500  # what the server error handler answers if the app raises before responding
 
@@ -106,9 +111,11 @@ class RequestObserver:
             await self.app(scope, receive, send_with_id)
         finally:
             request_id.reset(context)
-            self._record(scope, status, time.perf_counter() - start, rid)
+            self.record(scope, status, time.perf_counter() - start, rid)
 
-    def _record(self, scope: Scope, status: int, seconds: float, rid: str) -> None:
+    def record(self, scope: Scope, status: int, seconds: float, rid: str) -> None:
+        """Count a request served (its route, status and lock outcome) and write its access line. The direct
+        lane (app.api.direct) records the requests it serves with this too."""
         route = route_template(scope)
         method = scope["method"] if scope["method"] in _METHODS else "other"
         self.metrics.observe_request(method, route, status, seconds)
