@@ -142,10 +142,17 @@ def render(results: dict[str, Any]) -> str:
     if low:
         lines += [
             "",
-            f"LATENCY at low load ({low['rate_target']:g} cycles/s, 1 client, paced; direct: one lone statement; "
+            f"LATENCY at low load ({low['rate_target']:g} cycles/s, 1 client, paced; direct: one lone statement; bare "
+            "hop: a server that only answers, no database; "
             f"{low.get('turns', 1)} turns each, alternating)",
         ]
-        for side, title in (("http", "schedlock over HTTP"), ("direct", "direct asyncpg")):
+        sides = (
+            ("http", "schedlock over HTTP"),
+            ("direct", "direct asyncpg"),
+            ("hop_raw", "bare hop (httptools)"),
+            ("hop_uvicorn", "bare hop (uvicorn)"),
+        )
+        for side, title in sides:
             if side in low:
                 a = low[side]["acquire"]
                 turns = ", ".join(str(t) for t in low[side].get("turn_acquire_p50_ms", []))
@@ -175,6 +182,8 @@ def render(results: dict[str, Any]) -> str:
         note = "" if t["comparable"] else " (this run's settings differ from the target's)"
         if t["met"] is False and t.get("what_waits"):
             note += f"; what waits: {t['what_waits'].split(':')[0]}"
+        if t.get("floor"):
+            note += f"; the floor, a bare hop: {t['floor']['raw']} ms ({t['floor']['uvicorn']} through uvicorn)"
         lines.append(f"  {t['what']:<74}{t['target']:<9}{t['value']!s:<12}{verdict}{note}".rstrip())
     if "profile" in results:
         lines += ["", f"PROFILE: {results['profile']['flamegraph']}"]

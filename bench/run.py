@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.db.schema import qualified_name
-from bench import about, scaling, target
+from bench import about, hop, scaling, target
 from bench import etcd as etcd_peer
 from bench.direct import run_direct
 from bench.loadgen import Load, wrk_version
@@ -107,7 +107,7 @@ def run(config: Config, output: Path, say: Callable[[str], None] = print) -> dic
             results["scaling"] = bench.scaling(output)
         elif config.scaling_repeat:
             say("scaling: skipped (it starts servers like the one it measures: not with --url)")
-        results["latency"] = bench.latency()
+        results["latency"] = bench.latency(output)
         results["list"] = bench.listing()
         if config.profile:
             results["profile"] = bench.profile(output.with_suffix(".profile.svg"))
@@ -211,7 +211,17 @@ class _Bench:
         # What the phase adds to a run: the servers' start and stop, the warm-ups and the runs.
         return {"sides": scaling.SIDES, **figures, "seconds": round(time.monotonic() - started, 1)}
 
-    def latency(self) -> dict[str, Any]:
+    def _hop(self, hop_server: target.Server) -> Callable[[Load], Phase]:
+        """A side that drives a bare server (bench.hop): no token, no database; its RSS is not the server's."""
+
+        def run(load: Load) -> Phase:
+            phase = measure(None, [(hop_server, load)])
+            phase.server_rss_mb = None
+            return phase
+
+        return run
+
+    def latency(self, logs: Path) -> dict[str, Any]:
         c = self.c
         per_client = c.rate / c.latency_clients
         load = Load("own", c.latency_clients, c.latency_seconds, c.names, self.prefix, rate=per_client)
@@ -223,17 +233,20 @@ class _Bench:
         # one lone statement at a time. The difference is what the HTTP path adds to a statement. The sides take
         # turns, the first rotating: right after the throughput runs the database is still busy (autovacuum,
         # checkpoints) and whichever side went first alone paid for it (docs/performance-journal.md, 2026-12-03).
+        # Beside them, in the same turns, the floor: a hop to a bare server on the same stack (bench.hop).
         low = Load("own", 1, c.low_seconds, c.names, self.prefix, rate=c.low_rate)
-        sides: dict[str, Callable[[Load], Phase]] = {"http": self._http}
-        if not c.skip_direct:
-            sides["direct"] = self._direct
-        order = list(sides)
         turn_count = max(1, c.low_turns)
-        turns: dict[str, list[Phase]] = {side: [] for side in sides}
-        for i in range(turn_count):
-            for side in order[i % len(order) :] + order[: i % len(order)]:
-                self.say(f"latency at low load: 1 client, {c.low_rate:g} cycles/s, {side} turn {i + 1}")
-                turns[side].append(sides[side](low))
+        with open(logs.with_suffix(".hop.log"), "wb") as log, hop.servers(log) as bare:
+            sides: dict[str, Callable[[Load], Phase]] = {"http": self._http}
+            if not c.skip_direct:
+                sides["direct"] = self._direct
+            sides |= {f"hop_{mode}": self._hop(server) for mode, server in bare.items()}
+            order = list(sides)
+            turns: dict[str, list[Phase]] = {side: [] for side in sides}
+            for i in range(turn_count):
+                for side in order[i % len(order) :] + order[: i % len(order)]:
+                    self.say(f"latency at low load: 1 client, {c.low_rate:g} cycles/s, {side} turn {i + 1}")
+                    turns[side].append(sides[side](low))
         out["low"] = {"rate_target": c.low_rate, "clients": 1, "turns": turn_count}
         for side, phases in turns.items():
             out["low"][side] = {

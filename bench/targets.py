@@ -88,6 +88,10 @@ def evaluate(results: dict[str, Any], clients: int, rate: float, etcd_lease: str
             met = None if value is None else (value >= limit if op == ">=" else value <= limit)
             out[key] = {"what": what, "target": f"{op} {limit:g}", "value": value, "met": met}
         out[key]["comparable"] = comparable[key]
+    # What no server on this stack goes under: a hop to a bare one (bench.hop), beside the gap it bounds.
+    hops = {mode: _get(results["latency"], "low", f"hop_{mode}", "acquire", "p50_ms") for mode in ("raw", "uvicorn")}
+    if None not in hops.values():
+        out["latency_low_p50_gap_ms"]["floor"] = hops
     # The alternative to the cores being used: the report names what waits.
     uncontended = _get(th, "uncontended", "http")
     if uncontended:

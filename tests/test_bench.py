@@ -88,6 +88,15 @@ def test_quick_benchmark_produces_every_figure(database_url: str, tmp_path: Path
         assert low["acquire"]["count"] == low["counts"]["acq_ok"] + low["counts"].get("acq_held", 0)
     gap = data["latency"]["low"]["http"]["acquire"]["p50_ms"] - data["latency"]["low"]["direct"]["acquire"]["p50_ms"]
     assert data["targets"]["latency_low_p50_gap_ms"]["value"] == round(gap, 3)
+    # The floor: the bare servers (bench.hop) in the same turns, every acquire and release answered, their CPU
+    # measured, their RSS not taken for the server's; the target carries both hops' p50.
+    for mode in ("raw", "uvicorn"):
+        hop = data["latency"]["low"][f"hop_{mode}"]
+        _run_figures(hop, contended=False)
+        assert len(hop["turn_acquire_p50_ms"]) == 2 and hop["counts"]["acq_ok"] == hop["acquire"]["count"] > 0
+        assert hop["counts"]["rel_ok"] > 0 and hop["server_cpu_s"] is not None and hop["server_rss_mb"] is None
+        assert data["targets"]["latency_low_p50_gap_ms"]["floor"][mode] == hop["acquire"]["p50_ms"]
+    assert "bare hop (httptools)" in result.stdout and "the floor, a bare hop:" in result.stdout
     for page in ("first_page", "prefix_page", "held_page"):
         assert data["list"][page]["errors"] == 0
         _latency(data["list"][page]["get"])
