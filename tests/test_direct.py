@@ -28,6 +28,7 @@ from fastapi import FastAPI
 from app.api.direct import DirectLane
 from app.api.protocol import HttpProtocol
 from app.main import create_app
+from app.ops.logs import request_id
 from app.settings import Settings
 from tests.support.apps import migrated_table
 from tests.support.tokens import Token, with_tokens
@@ -357,6 +358,17 @@ def test_the_lane_answers_logs_and_counts_as_the_asgi_way(database_url: str, acc
     assert client == ["203.0.113.9"], "a trusted proxy's X-Forwarded-For names the client, as uvicorn does"
 
 
+class _ErrorIds(logging.Handler):
+    """The request id each error line is written with, read as the log formatter reads it (app.ops.logs)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.ids: list[str | None] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.ids.append(request_id.get())
+
+
 def test_an_unexpected_error_is_answered_500_by_the_apps_handler(database_url: str, access_log: _Lines) -> None:
     def plant(app: FastAPI) -> None:
         store = app.state.store
@@ -367,15 +379,32 @@ def test_an_unexpected_error_is_answered_500_by_the_apps_handler(database_url: s
         store.acquire = broken
 
     steps = [
-        Step("broken", lambda s: _post("/v1/locks/dl-x/acquire", ACQUIRE), ("/v1/locks/dl-x/acquire",), closes=True)
+        Step("broken", lambda s: _post("/v1/locks/dl-x/acquire", ACQUIRE), ("/v1/locks/dl-x/acquire",), closes=True),
+        Step(
+            "broken, the caller's request id",
+            lambda s: _post("/v1/locks/dl-x/acquire", ACQUIRE, "X-Request-ID: caller-id-1"),
+            ("/v1/locks/dl-x/acquire",),
+            caller_request_id=True,
+            closes=True,
+        ),
     ]
-    seen = _both(database_url, access_log, steps, plant)
+    errors, logger = _ErrorIds(), logging.getLogger("schedlock.errors")
+    logger.addHandler(errors)
+    try:
+        seen = _both(database_url, access_log, steps, plant)
+    finally:
+        logger.removeHandler(errors)
     (direct, direct_lines, direct_metrics, _), (asgi, asgi_lines, asgi_metrics, _) = seen["True"], seen["False"]
     assert direct == asgi
-    assert direct[0][0][0] == 500
-    assert json.loads(direct[0][0][2])["error"]["code"] == "internal_error"
+    for (status, headers, body), caller in zip((direct[0][0], direct[1][0]), ("<masked>", "caller-id-1"), strict=True):
+        assert status == 500 and json.loads(body)["error"]["code"] == "internal_error"
+        # The 500 names its request, as every other answer does: the body sends the caller to the log.
+        assert [v for k, v in headers if k == "x-request-id"] == [caller]
     assert [line for line in direct_lines if line.get("route")] == [line for line in asgi_lines if line.get("route")]
     assert direct_metrics == asgi_metrics
+    # Each way's error line (the traceback) carries the same id: the lane's first, then the ASGI way's.
+    assert len(errors.ids) == 4 and errors.ids[1] == errors.ids[3] == "caller-id-1"
+    assert all(isinstance(rid, str) and re.fullmatch(r"[0-9a-f]{16}", rid) for rid in (errors.ids[0], errors.ids[2]))
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ from starlette.responses import Response
 
 from app.api.middleware.lean import LeanRoutes
 from app.api.middleware.observe import RequestObserver, request_id_of
-from app.ops.logs import request_id
+from app.ops.logs import REQUEST_ID_SCOPE_KEY, request_id
 
 #: The headers that send a request the ASGI way (see the module).
 _BROWSER_OR_FRAMING = frozenset({b"origin", b"transfer-encoding", b"expect"})
@@ -105,10 +105,11 @@ class DirectLane:
         answer: Callable[[Response, str | None], Awaitable[None]],
     ) -> None:
         """Run the endpoint on the request and ``answer(response, request_id)``; counted and logged once answered,
-        as the observer does. An unexpected exception is answered by the app's handler with no request id (None):
-        the ASGI way, that handler sits outside the observer, and uvicorn then closes the connection."""
+        as the observer does. An unexpected exception is answered by the app's handler, which sets the request id
+        itself (so ``answer`` is given None): the ASGI way, that handler sits outside the observer and reads the id
+        from the scope, and uvicorn then closes the connection."""
         start = time.perf_counter()
-        rid = request_id_of(scope)
+        rid = scope[REQUEST_ID_SCOPE_KEY] = request_id_of(scope)
 
         async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": body, "more_body": False}

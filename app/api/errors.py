@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from app.errors import InternalError, InvalidRequest, MethodNotAllowed, RouteNotFound, SchedlockError
+from app.ops.logs import REQUEST_ID_SCOPE_KEY, request_id
 
 logger = logging.getLogger("schedlock.errors")
 
@@ -116,8 +117,19 @@ def _allowed_methods(request: Request) -> list[str]:
 
 
 async def _handle_unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path)
-    return error_response(InternalError("internal error; see the server log"))
+    """A 500 that names its request: Starlette's server error handler calls this outside the observer, whose
+    request id is no longer current, so the id is read from the scope (the observer and the direct lane put it
+    there) for the log line and the answer's X-Request-ID: the body sends the caller to the log."""
+    rid = request.scope.get(REQUEST_ID_SCOPE_KEY)
+    context = request_id.set(rid)
+    try:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    finally:
+        request_id.reset(context)
+    response = error_response(InternalError("internal error; see the server log"))
+    if rid is not None:
+        response.headers["x-request-id"] = rid
+    return response
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -208,8 +208,8 @@ class HttpProtocol(HttpToolsProtocol):
         async def answer(response: Response, rid: str | None) -> None:
             """The response written as uvicorn writes one (its default headers first, then the response's and the
             observer's request id; ``connection: close`` when the connection ends), head and body in one call.
-            Without a request id (the server error handler's answer) the connection is closed after it, without
-            saying so, as uvicorn closes it after an exception escaped the app."""
+            Without a request id to add (the server error handler's answer, which carries its own) the connection
+            is closed after it, without saying so, as uvicorn closes it after an exception escaped the app."""
             if self.flow.write_paused and not cycle.disconnected:
                 await self.flow.drain()
             if cycle.disconnected or self.transport.is_closing():

@@ -19,6 +19,9 @@ import orjson
 
 #: The id of the request being served, for every log line written while serving it.
 request_id: ContextVar[str | None] = ContextVar("schedlock_request_id", default=None)
+#: The same id in the request's ASGI scope, for what runs after the request's context has ended: Starlette's server
+#: error handler, outside the observer, answers an unexpected error with it (app.api.errors).
+REQUEST_ID_SCOPE_KEY = "schedlock.request_id"
 
 LogFormat = Literal["auto", "json", "human"]
 

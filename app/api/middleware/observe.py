@@ -20,7 +20,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import ERROR_CODE_KEY
-from app.ops.logs import request_id, write_json_line
+from app.ops.logs import REQUEST_ID_SCOPE_KEY, request_id, write_json_line
 from app.ops.metrics import Metrics
 from app.randomness import random_bytes
 
@@ -95,7 +95,7 @@ class RequestObserver:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        rid = request_id_of(scope)
+        rid = scope[REQUEST_ID_SCOPE_KEY] = request_id_of(scope)
         header = (b"x-request-id", rid.encode())
         status = 500  # what the server error handler answers if the app raises before responding
 
