@@ -146,6 +146,25 @@ def heal(cluster: PatroniCluster, fault: str, leader: str) -> None:
             cluster.signal_postgres(other, signal.SIGCONT)
 
 
+async def wait_for_recovery(load: LeaseLoad, cluster: PatroniCluster, since: float, route: str | None) -> float:
+    """The first grant after ``since`` within RECOVERY_BOUND. When there is none and the database itself takes no
+    writes, the outage is Patroni's, not schedlock's: seen once in CI with kill_postgres, the promoted leader was
+    left with no standby able to follow it (the old leader and the other replica both crash-looping, "requested
+    timeline 3 does not contain minimum recovery point"), so in strict mode every commit waited. Then the members
+    that do not stream are rebuilt (``patronictl reinit``), as an operator would, and schedlock must grant within
+    RECOVERY_BOUND of the cluster being healthy again. A database that takes writes while schedlock grants
+    nothing fails the test."""
+    try:
+        return await load.wait_for_grant(since, RECOVERY_BOUND, route)
+    except AssertionError as missed:
+        if await asyncio.to_thread(cluster.takes_writes):
+            raise
+        print(f"\n{missed}; the database itself takes no writes: {cluster.members()}\n{cluster.logs()}")
+        await asyncio.to_thread(cluster.recover, 0)
+        print(f"rebuilt; the cluster is healthy at {load.now():.1f} s")
+        return await load.wait_for_grant(load.now(), RECOVERY_BOUND, route)
+
+
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_failover_under_load(deployment: Deployment, fault: str) -> None:
     cluster = deployment.cluster
@@ -164,7 +183,7 @@ async def test_failover_under_load(deployment: Deployment, fault: str) -> None:
         # The outage begins with the first refusal (a planned switchover is over when patronictl returns; a
         # crash takes a moment to be noticed); the recovery is the first grant after it.
         outage = await load.wait_for_refusal(fault_at, 0 if fault == "switchover" else 20, steered)
-        recovered_at = await load.wait_for_grant(applied_at if outage is None else outage, RECOVERY_BOUND, steered)
+        recovered_at = await wait_for_recovery(load, cluster, applied_at if outage is None else outage, steered)
         await asyncio.sleep(1.0)
         await asyncio.to_thread(heal, cluster, fault, leader)
         new_leader = await asyncio.to_thread(cluster.recover)
@@ -212,3 +231,22 @@ async def test_failover_under_load(deployment: Deployment, fault: str) -> None:
     # anything else is an outage.
     if fault != "switchover" and (cluster.synchronous or fault != "stalled_sync_standby"):
         assert outage, "writes were refused while there was no primary"
+
+
+async def test_the_write_probe_tells_a_stalled_cluster(deployment: Deployment) -> None:
+    """wait_for_recovery's judge: with both standbys stopped, a strict synchronous leader's commits wait, and the
+    probe says the database takes no writes; once they go on, it says it does."""
+    cluster = deployment.cluster
+    leader = await asyncio.to_thread(cluster.recover)
+    assert await asyncio.to_thread(cluster.takes_writes)
+    standbys = [n for n in cluster.nodes if n.name != leader]
+    for node in standbys:
+        cluster.signal_postgres(node, signal.SIGSTOP)
+    try:
+        if cluster.synchronous:
+            assert not await asyncio.to_thread(cluster.takes_writes, 3)
+    finally:
+        for node in standbys:
+            cluster.signal_postgres(node, signal.SIGCONT)
+    await asyncio.to_thread(poll, cluster.takes_writes, 30, "the leader to take writes again")
+    await asyncio.to_thread(cluster.recover)

@@ -29,6 +29,9 @@ from tests.support.faultproxy import FaultProxy
 from tests.support.patroni_config import SCOPE, haproxy_config, patroni_config
 from tests.support.servers import free_port
 
+#: A write that waits for a synchronous standby like any commit, and leaves nothing in any table.
+PROBE = "SELECT pg_catalog.pg_logical_emit_message(true, 'schedlock-probe', '')"
+
 
 @dataclass
 class Node:
@@ -129,6 +132,21 @@ class PatroniCluster:
     @staticmethod
     def _leading(members: list[dict[str, Any]]) -> str | None:
         return next((m["name"] for m in members if m["role"] == "leader" and m["state"] == "running"), None)
+
+    def takes_writes(self, within: float = 5) -> bool:
+        """Whether the cluster commits a write of its own within ``within`` seconds (PROBE, as a superuser on
+        the multi-host URL; a transaction id alone writes no WAL and waits for no standby). False with no primary,
+        and in synchronous strict mode while no standby streams (the commit waits; the timeout ends it)."""
+        try:
+            done = subprocess.run(
+                ["psql", "-X", "-At", "-d", self.url, "-c", PROBE],
+                capture_output=True,
+                timeout=within,
+                env={**os.environ, "PGCONNECT_TIMEOUT": "2"},
+            )
+        except subprocess.TimeoutExpired:
+            return False
+        return done.returncode == 0
 
     def recover(self, timeout: float = 60) -> str:
         """Healthy within ``timeout``, or else every member that does not stream from the leader is rebuilt from it
