@@ -206,10 +206,19 @@ async def test_skips_are_counted_per_run_and_per_hour(app: FastAPI, client: http
     assert newest["fencing_token"] == second["fencing_token"] and newest["skipped"] == 0 and oldest["skipped"] == 4
 
 
-@pytest.mark.parametrize("hours", ["0", "745", "x", "1.5"])
+@pytest.mark.parametrize("hours", ["0", "745", "x", "1.5", "1\v", " 1", "1 ", "1_0", "\u0661", "+1"])
 async def test_skips_hours_out_of_range_are_422(client: httpx.AsyncClient, hours: str) -> None:
     r = await client.get("/v1/locks/job-x/skips", params={"hours": hours})
     assert r.status_code == 422 and r.json()["error"]["field"] == "hours"
+
+
+@pytest.mark.parametrize("path", ["/v1/locks", "/v1/locks/job-x/runs", "/v1/jobs"])
+@pytest.mark.parametrize("limit", ["1\v", " 2", "1_0", "\u0661"])
+async def test_a_limit_in_anything_but_ascii_digits_is_422(client: httpx.AsyncClient, path: str, limit: str) -> None:
+    """An integer query is digits alone: pydantic's lax int took "1\\v" (found by schemathesis in CI) and more."""
+    r = await client.get(path, params={"limit": limit})
+    assert r.status_code == 422 and r.json()["error"]["field"] == "limit", r.text
+    assert (await client.get(path, params={"limit": "2"})).status_code == 200
 
 
 async def test_history_routes_beside_the_lock_routes(client: httpx.AsyncClient) -> None:

@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StrictBool, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from app.locking.durations import DurationError, parse_duration
 from app.locking.names import CONTROL_CHARS, HOLDER_MAX
 from app.locking.slots import SLOT_FORBIDDEN, SLOT_MAX
 from app.locking.timefmt import format_time
 from app.schedules.cron import SCHEDULE_MAX, TIMEZONE_MAX
+
+_DECIMAL = re.compile(r"-?[0-9]+")
+_NOT_AN_INTEGER = "Input should be a valid integer, unable to parse string as an integer"  # pydantic's words
+
+
+def _query_int(value: Any) -> Any:
+    """A query's integer in ASCII digits alone (a leading minus allowed): pydantic's lax int would also take
+    " 1", "1\\v", "1_0" or other scripts' digits, which the API's document does not call integers."""
+    if isinstance(value, str) and not _DECIMAL.fullmatch(value):
+        raise PydanticCustomError("int_parsing", _NOT_AN_INTEGER)
+    return value
+
+
+#: An integer query parameter (``limit``, ``hours``): digits only, else 422 as any other invalid integer.
+QueryInt = Annotated[int, BeforeValidator(_query_int)]
 
 
 def _to_duration(value: Any) -> timedelta:

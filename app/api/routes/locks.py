@@ -20,6 +20,7 @@ from app.api.models import (
     LockList,
     LockResponse,
     LockView,
+    QueryInt,
     ReleaseRequest,
     ReleaseResponse,
 )
@@ -283,7 +284,7 @@ async def list_locks(
         ),
     ] = None,
     held: Annotated[bool | None, Query(description="true: only held locks; false: only free ones.")] = None,
-    limit: Annotated[int, Query(ge=1, description="Page size (the server caps it; default 100).")] = 100,
+    limit: Annotated[QueryInt, Query(ge=1, description="Page size (the server caps it; default 100).")] = 100,
     cursor: Annotated[
         str | None, Query(max_length=CURSOR_MAX, description="`next_cursor` of the previous page.")
     ] = None,
