@@ -21,7 +21,7 @@ from app.api import openapi as doc
 from app.api import openapi_jobs as examples
 from app.api.bodies import JsonBodyRoute
 from app.api.deps import PrincipalDep, SettingsDep
-from app.api.models import QueryInt
+from app.api.models import DIGITS_ONLY
 from app.api.models_history import QueryTime
 from app.api.models_jobs import JobList, JobRequest, JobState, JobView, TickBrief, TickList, TickView
 from app.api.responses import json_response
@@ -131,7 +131,9 @@ def _check_limit(limit: int, most: int) -> None:
         raise InvalidRequest(f"limit: must be at most {most}", field="limit")
 
 
-Limit = Annotated[QueryInt, Query(ge=1, description="Page size (at most the server's list limit, 1000 by default).")]
+Limit = Annotated[
+    int, Query(ge=1, description="Page size (at most the server's list limit, 1000 by default)."), DIGITS_ONLY
+]
 Cursor = Annotated[str | None, Query(max_length=400, description="`next_cursor` of the previous page.")]
 
 

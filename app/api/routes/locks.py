@@ -13,6 +13,7 @@ from app.api import openapi as doc
 from app.api.bodies import JsonBodyRoute
 from app.api.deps import PrincipalDep, SettingsDep, StoreDep, settings_of, store_of
 from app.api.models import (
+    DIGITS_ONLY,
     AcquireRequest,
     AcquireResponse,
     ExtendRequest,
@@ -20,7 +21,6 @@ from app.api.models import (
     LockList,
     LockResponse,
     LockView,
-    QueryInt,
     ReleaseRequest,
     ReleaseResponse,
 )
@@ -284,7 +284,7 @@ async def list_locks(
         ),
     ] = None,
     held: Annotated[bool | None, Query(description="true: only held locks; false: only free ones.")] = None,
-    limit: Annotated[QueryInt, Query(ge=1, description="Page size (the server caps it; default 100).")] = 100,
+    limit: Annotated[int, Query(ge=1, description="Page size (the server caps it; default 100)."), DIGITS_ONLY] = 100,
     cursor: Annotated[
         str | None, Query(max_length=CURSOR_MAX, description="`next_cursor` of the previous page.")
     ] = None,

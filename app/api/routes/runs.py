@@ -19,7 +19,7 @@ from starlette.responses import Response
 from app.api import openapi as doc
 from app.api import openapi_history as examples
 from app.api.deps import HistoryDep, PrincipalDep, SettingsDep
-from app.api.models import QueryInt
+from app.api.models import DIGITS_ONLY
 from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, SkipList
 from app.api.responses import json_response
 from app.api.routes import LOCKS, V1
@@ -122,7 +122,9 @@ def _list(page: RunPage, cursor: Callable[[Run], str]) -> Response:
     return json_response(RunList(items=items, next_cursor=next_cursor, db_time=page.db_time))
 
 
-Limit = Annotated[QueryInt, Query(ge=1, description="Page size (at most the server's list limit, 1000 by default).")]
+Limit = Annotated[
+    int, Query(ge=1, description="Page size (at most the server's list limit, 1000 by default)."), DIGITS_ONLY
+]
 Cursor = Annotated[str | None, Query(max_length=200, description="`next_cursor` of the previous page.")]
 
 
@@ -197,7 +199,9 @@ async def lock_skips(
     name: RowName,
     principal: PrincipalDep,
     history: HistoryDep,
-    hours: Annotated[QueryInt, Query(ge=1, le=MAX_SKIP_HOURS, description="How many hours back (default 24).")] = 24,
+    hours: Annotated[
+        int, Query(ge=1, le=MAX_SKIP_HOURS, description="How many hours back (default 24)."), DIGITS_ONLY
+    ] = 24,
 ) -> Response:
     principal.require(name, write=False)
     found, db_time = await history.skips(name, hours)
