@@ -8,7 +8,9 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -16,6 +18,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.api.middleware.observe import new_request_id
+from app.ops import logs
 from app.ops.logs import (
     HumanFormatter,
     JsonFormatter,
@@ -345,3 +348,18 @@ async def test_a_name_with_a_line_separator_stays_on_one_log_line(
     assert len(records) == 2, records
     if isinstance(formatter, JsonFormatter):
         assert json.loads(records[0]).get("lock") == name
+
+
+def test_a_direct_line_is_stamped_with_the_time_it_is_written() -> None:
+    """write_json_line's stamp is made once per millisecond (lines at load share it): it must still be the time
+    the line is written, to the millisecond, and move on with the clock."""
+    seen = set()
+    for _ in range(5):
+        before = time.time()
+        stamp = logs._stamp_now()
+        after = time.time()
+        at = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+        assert int(before * 1000) / 1000 - 1e-6 <= at <= after + 1e-6, (before, stamp, after)
+        seen.add(stamp)
+        time.sleep(0.003)
+    assert len(seen) == 5

@@ -55,6 +55,19 @@ def _stamp(created: float, msecs: float) -> str:
     return f"{_second[1]}.{int(msecs):03d}Z"
 
 
+_milli: list[Any] = [-1, ""]  # the last millisecond stamped by _stamp_now, and its text: at load lines share it
+
+
+def _stamp_now() -> str:
+    """The time now as _timestamp gives a record's, made once per millisecond."""
+    milli = int(time.time() * 1000)
+    if milli != _milli[0]:
+        seconds, msecs = divmod(milli, 1000)
+        _milli[:] = [milli, _stamp(seconds, msecs)]
+    text: str = _milli[1]
+    return text
+
+
 def _message(formatter: logging.Formatter, record: logging.LogRecord) -> str:
     message = redact(record.getMessage())
     if record.exc_info:
@@ -71,8 +84,9 @@ _RAW_BREAKS = re.compile("[\u0085\u2028\u2029]")
 
 def _one_line(text: str) -> str:
     """JSON text with every line break escaped, so a log reader that splits lines the Unicode way (Python's
-    str.splitlines) sees one record per line."""
-    if _RAW_BREAKS.search(text):
+    str.splitlines) sees one record per line. ASCII text has none of them (orjson escapes the C0 controls): the
+    usual line is let through without a search (0.01 against 0.66 µs for a 270-character line)."""
+    if not text.isascii() and _RAW_BREAKS.search(text):
         text = _RAW_BREAKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
 
@@ -171,9 +185,7 @@ def write_json_line(logger: logging.Logger, level: int, message: str, fields: di
     handler = _only_json_handler(logger, level)
     if handler is None:
         return False
-    now = time.time()
-    stamp = _stamp(now, (now - int(now)) * 1000)
-    handler.emit_line(_json_line(stamp, logging.getLevelName(level), logger.name, redact(message), fields))
+    handler.emit_line(_json_line(_stamp_now(), logging.getLevelName(level), logger.name, redact(message), fields))
     return True
 
 
