@@ -18,6 +18,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from app.db import migrate
+from app.jobs.events import Events
+from app.jobs.webhooks import Notifier
 from app.settings import Settings
 from tests.support.api import acquire, release, ts
 from tests.support.apps import in_process
@@ -106,3 +108,49 @@ def test_webhook_urls_need_a_secret_and_must_be_http(database_url: str) -> None:
         jobs_webhook_secret=SecretStr(SECRET),
     )
     assert ok.jobs_webhook_urls == ["http://127.0.0.1:9/a", "https://hooks.example.com/b"]
+
+
+async def test_a_jobs_events_go_in_order_and_a_spent_one_holds_nothing_back(
+    database_url: str, schema: str, db: Any
+) -> None:
+    # An event in its backoff holds back the later ones of its job and URL (a receiver never hears "down" before
+    # the "up" it follows); once delivered, the next claim follows in the same delivery; an event that ran out of
+    # attempts holds nothing back. No chores run (the app has no webhook URLs): each step is called here.
+    with receiver(fail_first=1) as got:
+        settings = Settings(database_url=SecretStr(database_url), table=f"{schema}.wo_{uuid.uuid4().hex[:6]}")
+        await asyncio.to_thread(migrate.upgrade, settings)
+        async with in_process(settings) as (app, client):
+            assert app.state.notifier is None
+            events = Events(app.state.store.statements, settings.table_name, settings.table_schema)
+            notifier = Notifier(app.state.jobs, events, [got.url], SECRET.encode(), attempts=2)
+            table = notifier.events.events_table
+            for job in ("a", "b"):
+                assert (await client.put(f"/v1/jobs/{job}", json={"schedule": "PT1H"})).status_code in (200, 201)
+                assert await notifier.events.claim(job, None, "new", [])  # a job's first state: only recorded
+                assert await notifier.events.claim(job, "new", "up", [got.url])
+                assert await notifier.events.claim(job, "up", "down", [got.url])
+
+            def heard() -> list[tuple[str, str, int]]:
+                with got.lock:
+                    return [(json.loads(b)["job"], json.loads(b)["state"], s) for _, b, s in got.received]
+
+            # a's "up" fails; a's "down" waits behind it; b's two go, in order, in the same delivery.
+            assert await notifier.deliver_once() == 2
+            assert heard() == [("a", "up", 500), ("b", "up", 204), ("b", "down", 204)]
+            assert await notifier.deliver_once() == 0  # a's "up" is in its backoff: nothing of a's is due
+            assert len(heard()) == 3
+
+            # Its backoff over, a's "up" is delivered, then its "down", in order.
+            await db.execute(f"UPDATE {table} SET next_attempt_at = now() AT TIME ZONE 'UTC' WHERE name = 'a'")
+            assert await notifier.deliver_once() == 2
+            assert heard()[3:] == [("a", "up", 204), ("a", "down", 204)]
+
+            # An event that failed its last attempt (2 here) is spent: the one after it goes.
+            got.fail_first = len(got.received) + 2
+            assert await notifier.events.claim("a", "down", "up", [got.url])
+            assert await notifier.events.claim("a", "up", "down", [got.url])
+            assert await notifier.deliver_once() == 0
+            await db.execute(f"UPDATE {table} SET next_attempt_at = now() AT TIME ZONE 'UTC' WHERE name = 'a'")
+            assert await notifier.deliver_once() == 0  # its second and last attempt fails too
+            assert await notifier.deliver_once() == 1
+            assert heard()[5:] == [("a", "up", 500), ("a", "up", 500), ("a", "down", 204)]

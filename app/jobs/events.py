@@ -3,8 +3,9 @@
 A replica's check computes every job's state; for a job whose state differs from its ``notified_state``, one
 statement moves ``notified_state`` on, compare-and-set on the value it read, and writes an event per webhook URL in
 the same statement. Two replicas that see the same change race on that UPDATE: one row changes, so one replica
-writes the events, whichever it is. Delivery claims due events for a while (``claimed_until``, FOR UPDATE SKIP
-LOCKED), so a replica that dies mid-delivery leaves them to the next claim rather than losing them.
+writes the events, whichever it is. Delivery claims due events, in order per job and URL, for a while
+(``claimed_until``, FOR UPDATE SKIP LOCKED), so a replica that dies mid-delivery leaves them to the next claim rather
+than losing them.
 """
 
 from __future__ import annotations
@@ -56,15 +57,23 @@ class Events:
         return bool(rows[0]["n"])
 
     async def due(self, attempts: int, limit: int = 20) -> list[Event]:
-        """Claim up to ``limit`` events due for delivery (fewer than ``attempts`` tries so far), oldest first."""
+        """Claim up to ``limit`` events due for delivery (fewer than ``attempts`` tries so far), oldest first.
+
+        In order per job and URL: an event waits while an earlier one for the same job and URL is still to be
+        delivered (in its backoff, or being posted), so a receiver never hears ``down`` before the ``up`` it
+        follows; an earlier event that ran out of attempts no longer holds the later ones back."""
         sql = f"""
             UPDATE {self.events_table} e SET claimed_until = {NOW} + interval '{CLAIM_SECONDS} seconds',
               attempts = e.attempts + 1
             WHERE e.id IN (
-              SELECT id FROM {self.events_table}
-              WHERE delivered_at IS NULL AND next_attempt_at <= {NOW} AND attempts < $1
-                AND (claimed_until IS NULL OR claimed_until <= {NOW})
-              ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)
+              SELECT d.id FROM {self.events_table} d
+              WHERE d.delivered_at IS NULL AND d.next_attempt_at <= {NOW} AND d.attempts < $1
+                AND (d.claimed_until IS NULL OR d.claimed_until <= {NOW})
+                AND NOT EXISTS (
+                  SELECT 1 FROM {self.events_table} p
+                  WHERE p.name = d.name AND p.url = d.url AND p.id < d.id
+                    AND p.delivered_at IS NULL AND p.attempts < $1)
+              ORDER BY d.id LIMIT $2 FOR UPDATE SKIP LOCKED)
             RETURNING e.id, e.name, e.url, e.state, e.previous, e.at, e.attempts"""
         rows = await self._statements.fetch("job_write", sql, attempts, limit)
         return sorted(

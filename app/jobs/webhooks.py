@@ -72,19 +72,25 @@ class Notifier:
                 return claimed
             after = found[-1].name
 
-    async def deliver_once(self) -> int:
-        """Post the events due; how many were delivered."""
+    async def deliver_once(self, rounds: int = 10) -> int:
+        """Post the events due; how many were delivered. A claim holds one event per job and URL (they go in
+        order), so while a claim delivers something the next follows, up to ``rounds`` claims (a failed event is
+        in its backoff by then: it does not come again)."""
         done = 0
-        for event in await self.events.due(self.attempts):
-            error = await asyncio.to_thread(self._post, event)
-            if error is None:
-                await self.events.delivered(event)
-                done += 1
-            else:
-                logger.warning(
-                    "job %r: webhook to %s failed (attempt %d): %s", event.name, event.url, event.attempts, error
-                )
-                await self.events.failed(event, error)
+        for _ in range(rounds):
+            before = done
+            for event in await self.events.due(self.attempts):
+                error = await asyncio.to_thread(self._post, event)
+                if error is None:
+                    await self.events.delivered(event)
+                    done += 1
+                else:
+                    logger.warning(
+                        "job %r: webhook to %s failed (attempt %d): %s", event.name, event.url, event.attempts, error
+                    )
+                    await self.events.failed(event, error)
+            if done == before:
+                break
         return done
 
     def _post(self, event: Event) -> str | None:
