@@ -118,6 +118,7 @@ def create_app(
                 settings.jobs_webhook_urls,
                 secret.get_secret_value().encode() if secret else b"",
                 settings.jobs_webhook_attempts,
+                counted=metrics.count_webhook,
             )
             if settings.jobs_webhook_urls
             else None

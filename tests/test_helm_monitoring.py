@@ -37,6 +37,7 @@ ALERTS = {
     "SchedlockJobMissed",
     "SchedlockJobFailing",
     "SchedlockJobLate",
+    "SchedlockJobWebhooksGivenUp",
 }
 
 
@@ -227,6 +228,9 @@ def _cases(thresholds: dict[str, float]) -> dict[str, tuple[str, dict[str, str],
         name = "schedlock_job_state"
         return {"series": f'{name}{{{SERIES},job_name="nightly-billing",state="{state}"}}', "values": values}
 
+    def webhook_posts(result: str, values: str) -> dict[str, str]:
+        return {"series": f'schedlock_job_webhook_posts_total{{{SERIES},result="{result}"}}', "values": values}
+
     return {
         # One missed tick fires; ticks that complete, or a counter that stands still (a paused job), do not.
         "SchedlockJobMissed": (
@@ -247,6 +251,13 @@ def _cases(thresholds: dict[str, float]) -> dict[str, tuple[str, dict[str, str],
             [job_state("late", "0 0 0 1x40"), job_state("up", "1 1 1 0x40")],
             # Late for a minute, then up: a run started inside the grace.
             [job_state("late", "0x7 1 0x40"), job_state("up", "1x7 0 1x40")],
+        ),
+        # An event given up fires; failures that are tried again, or an old count standing still, do not.
+        "SchedlockJobWebhooksGivenUp": (
+            "10m",
+            release,
+            [webhook_posts("given_up", "0 0 0 1x40"), webhook_posts("delivered", "0+1x40")],
+            [webhook_posts("given_up", "2x40"), webhook_posts("failed", "0+3x40")],
         ),
         "SchedlockServerErrors": (
             "12m",

@@ -15,6 +15,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr, ValidationError
 
 from app.db import migrate
@@ -41,7 +42,7 @@ async def until(check: Any, what: str) -> None:
 
 
 @pytest.mark.system  # two apps, a receiver and real ticks
-async def test_each_change_is_posted_once_signed_and_retried(database_url: str, schema: str) -> None:
+async def test_each_change_is_posted_once_signed_and_retried(database_url: str, schema: str, db: Any) -> None:
     with receiver(fail_first=1) as got:
         settings = Settings(
             database_url=SecretStr(database_url),
@@ -54,8 +55,20 @@ async def test_each_change_is_posted_once_signed_and_retried(database_url: str, 
         async with AsyncExitStack() as stack:
             replicas = [await stack.enter_async_context(in_process(settings)) for _ in range(2)]
             client = replicas[0][1]
-            job = (await client.put("/v1/jobs/nightly", json={"schedule": "PT2S", "grace": "1s"})).json()
-            moment = ts(job["next_tick"])
+            # A job's first state is recorded, not posted, so a check must see the job new before its first tick
+            # is run (a tick due a few milliseconds after the PUT was once run first: "up" became its first state).
+            # PT2S ticks on the even seconds: register it just after one, its first tick ~2 s away.
+            now = await db.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
+            await asyncio.sleep(2.0 - now % 2.0 + 0.02)
+            await client.put("/v1/jobs/nightly", json={"schedule": "PT2S", "grace": "1s"})
+            jobs_table = replicas[0][0].state.notifier.events.jobs_table
+            for _ in range(100):
+                if await db.fetchval(f"SELECT notified_state FROM {jobs_table} WHERE name = 'nightly'") == "new":
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("no check saw the job new")
+            moment = ts((await client.get("/v1/jobs/nightly")).json()["next_tick"])
             for _ in range(200):
                 if ts((await client.get("/v1/jobs/nightly")).json()["db_time"]) >= moment:
                     break
@@ -71,7 +84,7 @@ async def test_each_change_is_posted_once_signed_and_retried(database_url: str, 
             assert [e["state"] for e in posted].count("down") == 1, posted
             for before, after in itertools.pairwise(posted):  # one chain of changes, in order
                 assert after["previous"] == before["state"], posted
-            assert posted[0]["previous"] == "new" and posted[-1]["state"] == "down"
+            assert posted[0]["previous"] == "new" and posted[-1]["state"] == "down", got.received
             with got.lock:
                 _, first_body, first_status = got.received[0]
                 delivered = [(h, b) for h, b, s in got.received if s == 204]
@@ -111,7 +124,7 @@ def test_webhook_urls_need_a_secret_and_must_be_http(database_url: str) -> None:
 
 
 async def test_a_jobs_events_go_in_order_and_a_spent_one_holds_nothing_back(
-    database_url: str, schema: str, db: Any
+    database_url: str, schema: str, db: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     # An event in its backoff holds back the later ones of its job and URL (a receiver never hears "down" before
     # the "up" it follows); once delivered, the next claim follows in the same delivery; an event that ran out of
@@ -122,7 +135,8 @@ async def test_a_jobs_events_go_in_order_and_a_spent_one_holds_nothing_back(
         async with in_process(settings) as (app, client):
             assert app.state.notifier is None
             events = Events(app.state.store.statements, settings.table_name, settings.table_schema)
-            notifier = Notifier(app.state.jobs, events, [got.url], SECRET.encode(), attempts=2)
+            metrics = app.state.metrics
+            notifier = Notifier(app.state.jobs, events, [got.url], SECRET.encode(), 2, metrics.count_webhook)
             table = notifier.events.events_table
             for job in ("a", "b"):
                 assert (await client.put(f"/v1/jobs/{job}", json={"schedule": "PT1H"})).status_code in (200, 201)
@@ -154,3 +168,17 @@ async def test_a_jobs_events_go_in_order_and_a_spent_one_holds_nothing_back(
             assert await notifier.deliver_once() == 0  # its second and last attempt fails too
             assert await notifier.deliver_once() == 1
             assert heard()[5:] == [("a", "up", 500), ("a", "up", 500), ("a", "down", 204)]
+
+            # Each POST's result is counted; the log names the receiver's origin, never its path (often a secret).
+            text = (await client.get("/metrics")).text
+            posts = {
+                s.labels["result"]: s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+                if s.name == "schedlock_job_webhook_posts_total"
+            }
+            assert posts == {"delivered": 5, "failed": 2, "given_up": 1}
+            failures = [r for r in caplog.records if r.name == "schedlock.jobs"]
+            assert [r.levelname for r in failures] == ["WARNING", "WARNING", "ERROR"]
+            assert "given up" in failures[-1].getMessage()
+            assert all("/hooks" not in r.getMessage() and got.url.rsplit("/", 2)[0] in r.getMessage() for r in failures)

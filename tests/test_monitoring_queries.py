@@ -181,3 +181,24 @@ async def test_queries_name_only_what_the_server_exports(app: FastAPI, client: h
                 if label and label not in TARGET_LABELS and not any(label in metrics[m] for m in selected):
                     problems.append(f"{query[:60]}…: groups by {label}, which none of its metrics has")
     assert problems == []
+
+
+async def test_every_exported_metric_is_documented_and_nothing_else(
+    app: FastAPI, client: httpx.AsyncClient, name: str
+) -> None:
+    # docs/operations.md's table of metrics against a live /metrics (after each kind of operation, with a job).
+    app.state.metrics.held_locks_max_age = 0
+    try:
+        await exported(client, name)
+        text = (await client.get("/metrics")).text
+    finally:
+        app.state.metrics.held_locks_max_age = 5.0
+    families = {
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in text_string_to_metric_families(text)
+        if f.name.startswith("schedlock_")
+    }
+    table = (Path(__file__).parent.parent / "docs" / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `(schedlock_[a-z_]+)` \|", table, re.MULTILINE))
+    assert families - documented == set(), "exported, not in docs/operations.md's table"
+    assert documented - families == set(), "in docs/operations.md's table, not exported"

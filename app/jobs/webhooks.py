@@ -15,8 +15,9 @@ import hashlib
 import hmac
 import logging
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 
@@ -36,6 +37,16 @@ def signature(secret: bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
+def origin(url: str) -> str:
+    """``url``'s scheme, host and port alone, for the logs: a webhook's path or query is often its secret (a chat
+    service's incoming-webhook URL is the credential), and its user info may hold a password."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "")
+
+
 def body_of(event: Event) -> bytes:
     return orjson.dumps(
         {
@@ -52,8 +63,18 @@ def body_of(event: Event) -> bytes:
 class Notifier:
     """Checks ``jobs``' states and delivers their changes to ``urls``, signed with ``secret``."""
 
-    def __init__(self, jobs: Jobs, events: Events, urls: list[str], secret: bytes, attempts: int) -> None:
+    def __init__(
+        self,
+        jobs: Jobs,
+        events: Events,
+        urls: list[str],
+        secret: bytes,
+        attempts: int,
+        counted: Callable[[str], None] | None = None,
+    ) -> None:
         self.jobs, self.events, self.urls, self.secret, self.attempts = jobs, events, urls, secret, attempts
+        #: Told each POST's result: delivered, failed, or given_up (its last attempt failed); the server's metrics.
+        self.counted = counted or (lambda result: None)
 
     async def check_once(self, page: int = 500) -> int:
         """Claim every job's state change since the last check; how many changes this replica claimed."""
@@ -84,11 +105,30 @@ class Notifier:
                 if error is None:
                     await self.events.delivered(event)
                     done += 1
-                else:
+                    self.counted("delivered")
+                elif event.attempts < self.attempts:
                     logger.warning(
-                        "job %r: webhook to %s failed (attempt %d): %s", event.name, event.url, event.attempts, error
+                        "job %r: webhook to %s failed (attempt %d): %s",
+                        event.name,
+                        origin(event.url),
+                        event.attempts,
+                        error,
                     )
                     await self.events.failed(event, error)
+                    self.counted("failed")
+                else:
+                    logger.error(
+                        "job %r: webhook to %s failed (attempt %d, the last): %s; event %d (%s -> %s) given up",
+                        event.name,
+                        origin(event.url),
+                        event.attempts,
+                        error,
+                        event.id,
+                        event.previous,
+                        event.state,
+                    )
+                    await self.events.failed(event, error)
+                    self.counted("given_up")
             if done == before:
                 break
         return done

@@ -60,6 +60,9 @@ LOCK_OUTCOMES: dict[str, tuple[str, ...]] = {
     "extend": ("extended", "not_holder", "not_found", "invalid", "denied", "error"),
 }
 
+#: What a job webhook's POST can come to (schedlock_job_webhook_posts_total's ``result``).
+WEBHOOK_RESULTS = ("delivered", "failed", "given_up")
+
 POOL_HELP = "Open database connections of the server (all its worker processes), busy or idle."
 POOL_MAX_HELP = "The most connections the server may open: SCHEDLOCK_POOL_MAX_SIZE per worker process."
 #: How often each of several workers writes its pool's figures for the others' scrapes.
@@ -108,6 +111,14 @@ class Metrics:
             ["operation"],
             registry=r,
         )
+        self.webhook_posts = Counter(
+            "schedlock_job_webhook_posts",
+            "Job webhook POSTs by result: delivered (a 2xx), failed (tried again later), given_up (the event's last "
+            "attempt failed: it will not be delivered). Per process: aggregate with sum().",
+            ["result"],
+            registry=r,
+        )
+        self._webhook_results = {result: self.webhook_posts.labels(result) for result in WEBHOOK_RESULTS}
         Gauge(
             "schedlock_build_info",
             "Always 1; the version label says which build runs.",
@@ -188,6 +199,10 @@ class Metrics:
             self._http[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def count_webhook(self, result: str) -> None:
+        """A job webhook's POST and its result (app.jobs.webhooks.Notifier)."""
+        self._webhook_results[result].inc()
 
     def count_outcome(self, operation: str, outcome: str) -> None:
         self._outcomes[operation, outcome].inc()
