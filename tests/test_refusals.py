@@ -5,15 +5,19 @@ on the latest committed row (docs/performance.md, "Contended")."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import orjson
 from fastapi import FastAPI
 
+from app.errors import LockHeld
 from app.locking.leases import hash_token, new_token
+from app.locking.rows import LockRow, held
+from app.locking.store import LockStore
 from app.settings import Settings
-from tests.support.api import acquire, release
+from tests.support.api import acquire, extend, release
 
 
 def acquire_args(name: str) -> tuple[Any, ...]:
@@ -88,3 +92,51 @@ async def test_an_acquire_racing_a_release_sees_the_committed_row(
         refused = await asyncio.wait_for(pending, timeout=5)
     assert refused.status_code == 409
     assert refused.json()["error"]["locked_by"] == "java-host-9"
+
+
+async def test_callers_refused_together_each_get_the_holder(app: FastAPI, client: httpx.AsyncClient, name: str) -> None:
+    # Acquires that queue behind one statement are refused with its one row: the same body for each, naming the
+    # holder as the lock's own read gives it.
+    taken = (await acquire(client, name, holder="first-holder")).json()
+    refused = await asyncio.gather(*(acquire(client, name, holder=f"caller-{i}") for i in range(16)))
+    assert {r.status_code for r in refused} == {409}
+    assert len({r.content for r in refused}) == 1
+    error = refused[0].json()["error"]
+    assert (error["locked_by"], error["lock_until"]) == (taken["locked_by"], taken["lock_until"])
+
+
+async def test_a_refusal_names_the_holder_of_the_moment(app: FastAPI, client: httpx.AsyncClient, name: str) -> None:
+    # The refusal kept for a name is the last row's: a new holder, or the same holder extended, is refused anew.
+    first = (await acquire(client, name, "10m", holder="holder-one")).json()
+    assert (await acquire(client, name)).json()["error"]["locked_by"] == first["locked_by"]
+    extended = (await extend(client, name, first["token"], "20m")).json()
+    refused = (await acquire(client, name)).json()["error"]
+    assert (refused["locked_by"], refused["lock_until"]) == (first["locked_by"], extended["lock_until"])
+    assert refused["lock_until"] != first["lock_until"]
+    assert (await release(client, name, first["token"])).status_code == 200
+    second = (await acquire(client, name, "10m", holder="holder-two")).json()
+    assert (await acquire(client, name)).json()["error"]["locked_by"] == second["locked_by"]
+
+
+def test_each_refused_caller_raises_its_own_error() -> None:
+    # One row, many callers: each gets its own exception (its own traceback), made from a kept one that is never
+    # raised; the body is rendered once for them all.
+    store = LockStore.__new__(LockStore)
+    store._on_held, store._refusals = None, {}
+    now = datetime(2026, 12, 4, 21, 0, tzinfo=UTC)
+    row = LockRow("nightly", "host-a", now, now + timedelta(minutes=10), 7, now)
+    errors = [store._held("nightly", row) for _ in range(3)]
+    assert len({id(e) for e in errors}) == 3
+    for error in errors:
+        assert type(error) is LockHeld
+        assert error.body() == held("nightly", row).body()
+    try:
+        raise errors[0]
+    except LockHeld:
+        pass
+    assert errors[0].__traceback__ is not None and errors[1].__traceback__ is None
+    (kept,) = (refusal for _, refusal in store._refusals.values())
+    assert kept.__traceback__ is None and all(kept is not e for e in errors)
+    assert errors[1].rendered() is errors[2].rendered() == orjson.dumps(held("nightly", row).body())
+    other = LockRow("nightly", "host-b", now, now + timedelta(minutes=5), 8, now)
+    assert store._held("nightly", other).details["locked_by"] == "host-b"

@@ -38,7 +38,7 @@ def client_closed_response() -> Response:
 
 def error_response(exc: SchedlockError) -> Response:
     return Response(
-        content=orjson.dumps(exc.body()),
+        content=exc.rendered(),
         status_code=exc.status,
         media_type="application/json",
         headers=dict(exc.headers) or None,
