@@ -3,36 +3,11 @@ and by held/free, over the ``name COLLATE "C"`` index."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.db.params import Params
 from app.locking.rows import NOW, ROW
-
-#: The longest cursor accepted. A cursor carries the last name of a page, and a name is whatever the table holds:
-#: a Java node may have written one the API's name rule refuses, and an adopted table may allow longer names than
-#: 64. The name is the primary key, and a btree entry is at most 2,704 bytes: 3,608 characters of base64.
-CURSOR_MAX = 4096
-
-
-def encode_cursor(name: str) -> str:
-    """The cursor after ``name``: its UTF-8 in URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> str | None:
-    """The name a cursor stands for, or None when ``cursor`` is not one encode_cursor made. Any text the table
-    can hold is a name here, whatever the API's name rule says: every cursor the API hands out is taken back."""
-    try:
-        name = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    # Only the one spelling encode_cursor makes (base64 decoding skips stray characters); text Postgres can store.
-    if not name or "\x00" in name or encode_cursor(name) != cursor:
-        return None
-    return name
 
 
 def list_query(

@@ -2103,7 +2103,7 @@ export interface operations {
                 prefix?: string | null;
                 /** @description true: only held locks; false: only free ones. */
                 held?: boolean | null;
-                /** @description Page size (the server caps it; default 100). */
+                /** @description Page size (at most the server's list limit, 1000 by default). */
                 limit?: number;
                 /** @description `next_cursor` of the previous page. */
                 cursor?: string | null;

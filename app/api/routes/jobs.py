@@ -7,10 +7,8 @@ generic handling is fine for them. Pages of jobs are by name, pages of ticks by 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -19,21 +17,20 @@ from starlette.responses import Response
 
 from app.api import openapi as doc
 from app.api import openapi_jobs as examples
+from app.api import paging
 from app.api.bodies import JsonBodyRoute
 from app.api.deps import PrincipalDep, SettingsDep
-from app.api.models import DIGITS_ONLY
 from app.api.models_history import QueryTime
 from app.api.models_jobs import JobList, JobRequest, JobState, JobView, TickBrief, TickList, TickView
 from app.api.responses import json_response
 from app.api.routes import V1
 from app.api.routes.locks import LockName
 from app.api.routes.runs import run_view
-from app.errors import InvalidRequest, JobNotFound
+from app.errors import JobNotFound
 from app.jobs.model import DEFAULT_GRACE, expected, parse_grace
 from app.jobs.status import Jobs, JobStatus
 from app.jobs.ticks import RECENT, Tick
 from app.locking.durations import format_duration
-from app.locking.names import NAME_MAX
 from app.schedules.cron import DEFAULT_TIMEZONE
 
 JOBS = f"{V1}/jobs"
@@ -94,47 +91,12 @@ async def _status(request: Request, name: str) -> JobStatus:
     return status
 
 
-_EPOCH = datetime(1970, 1, 1)
-_CURSOR = re.compile(r"[A-Za-z0-9_-]{1,400}")
-
-
-def _encode(raw: str) -> str:
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode(cursor: str, kind: str) -> str:
-    """The cursor's value; 422 (field ``cursor``) for anything this API did not return."""
-    if _CURSOR.fullmatch(cursor):
-        try:
-            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        except (binascii.Error, ValueError):
-            raw = ""
-        if raw.startswith(f"{kind}:") and raw[len(kind) + 1 :]:
-            return raw[len(kind) + 1 :]
-    raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
+_JOB_CURSOR = re.compile(r"job:([\s\S]+)")
+_TICK_CURSOR = re.compile(r"tick:(-?[0-9]{1,18})")
 
 
 def _tick_cursor(tick: datetime) -> str:
-    return _encode(f"tick:{(tick - _EPOCH) // timedelta(microseconds=1)}")
-
-
-def _decode_tick_cursor(cursor: str) -> datetime:
-    value = _decode(cursor, "tick")
-    try:
-        return _EPOCH + timedelta(microseconds=int(value))
-    except (ValueError, OverflowError):
-        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor") from None
-
-
-def _check_limit(limit: int, most: int) -> None:
-    if limit > most:
-        raise InvalidRequest(f"limit: must be at most {most}", field="limit")
-
-
-Limit = Annotated[
-    int, Query(ge=1, description="Page size (at most the server's list limit, 1000 by default)."), DIGITS_ONLY
-]
-Cursor = Annotated[str | None, Query(max_length=400, description="`next_cursor` of the previous page.")]
+    return paging.encode(f"tick:{paging.micros(tick)}")
 
 
 @router.get(
@@ -150,21 +112,18 @@ async def list_jobs(
     request: Request,
     principal: PrincipalDep,
     settings: SettingsDep,
-    prefix: Annotated[
-        str | None,
-        Query(max_length=NAME_MAX, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$", description="Only names starting with this."),
-    ] = None,
+    prefix: paging.Prefix = None,
     state: Annotated[JobState | None, Query(description="Only jobs in this state.")] = None,
-    limit: Limit = 100,
-    cursor: Cursor = None,
+    limit: paging.Limit = 100,
+    cursor: paging.Cursor = None,
 ) -> Response:
-    _check_limit(limit, settings.list_max_limit)
+    paging.check_limit(settings, limit)
     jobs = jobs_of(request)
-    after = _decode(cursor, "job") if cursor is not None else None
+    after = paging.read(cursor, _JOB_CURSOR).group(1) if cursor is not None else None
     found, has_more, db_time = await jobs.store.page(limit=limit, after=after, prefix=prefix, scope=principal.prefixes)
     statuses = await jobs.statuses(found, db_time) if found else []
     items = [job_view(s) for s in statuses if state is None or s.state == state]
-    next_cursor = _encode(f"job:{found[-1].name}") if has_more else None
+    next_cursor = paging.encode(f"job:{found[-1].name}") if has_more else None
     db_time = statuses[0].db_time if statuses else db_time
     return json_response(JobList(items=items, next_cursor=next_cursor, db_time=db_time))
 
@@ -280,16 +239,16 @@ async def list_ticks(
     request: Request,
     since: Annotated[QueryTime | None, Query(description="Only ticks at or after this (ISO-8601).")] = None,
     until: Annotated[QueryTime | None, Query(description="Only ticks before this (ISO-8601).")] = None,
-    limit: Limit = 50,
-    cursor: Cursor = None,
+    limit: paging.Limit = 50,
+    cursor: paging.Cursor = None,
 ) -> Response:
     principal.require(name, write=False)
-    _check_limit(limit, settings.list_max_limit)
+    paging.check_limit(settings, limit)
     jobs = jobs_of(request)
     job, db_time = await jobs.store.get(name)
     if job is None:
         raise JobNotFound(f"no job named {name!r}", name=name)
-    before = _decode_tick_cursor(cursor) if cursor is not None else until
+    before = paging.time_of(paging.read(cursor, _TICK_CURSOR).group(1)) if cursor is not None else until
     if cursor is not None and until is not None:
         before = min(before, until)  # type: ignore[type-var]
     page = await jobs.ticks(job, db_time, limit=limit, since=since, before=before)

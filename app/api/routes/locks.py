@@ -10,10 +10,10 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
 from app.api import openapi as doc
+from app.api import paging
 from app.api.bodies import JsonBodyRoute
 from app.api.deps import PrincipalDep, SettingsDep, StoreDep, settings_of, store_of
 from app.api.models import (
-    DIGITS_ONLY,
     AcquireRequest,
     AcquireResponse,
     ExtendRequest,
@@ -29,7 +29,6 @@ from app.api.routes import LOCKS
 from app.errors import InvalidRequest
 from app.locking.durations import format_duration
 from app.locking.leases import new_locked_by
-from app.locking.listing import CURSOR_MAX, decode_cursor, encode_cursor
 from app.locking.names import NAME_MAX, NAME_PATTERN, refuse_reserved
 from app.locking.rows import LockRow
 from app.schedules.ticks import chooser
@@ -251,14 +250,6 @@ async def get_lock(name: RowName, principal: PrincipalDep, request: Request) -> 
     return json_response(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
 
 
-def _decode_cursor(cursor: str) -> str:
-    """The name a cursor stands for; anything this API did not hand out is the caller's 422."""
-    name = decode_cursor(cursor)
-    if name is None:
-        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
-    return name
-
-
 @router.get(
     "",
     operation_id="listLocks",
@@ -275,25 +266,17 @@ async def list_locks(
     store: StoreDep,
     settings: SettingsDep,
     principal: PrincipalDep,
-    prefix: Annotated[
-        str | None,
-        Query(
-            max_length=NAME_MAX,
-            pattern=r"^[^\x00-\x1f\x7f-\x9f]*$",
-            description="Only names starting with this.",
-        ),
-    ] = None,
+    prefix: paging.Prefix = None,
     held: Annotated[bool | None, Query(description="true: only held locks; false: only free ones.")] = None,
-    limit: Annotated[int, Query(ge=1, description="Page size (the server caps it; default 100)."), DIGITS_ONLY] = 100,
-    cursor: Annotated[
-        str | None, Query(max_length=CURSOR_MAX, description="`next_cursor` of the previous page.")
-    ] = None,
+    limit: paging.Limit = 100,
+    cursor: paging.Cursor = None,
 ) -> Response:
-    if limit > settings.list_max_limit:
-        raise InvalidRequest(f"limit: must be at most {settings.list_max_limit}", field="limit")
-    after = _decode_cursor(cursor) if cursor is not None else None
+    paging.check_limit(settings, limit)
+    after = None
+    if cursor is not None and (after := paging.decode(cursor)) is None:
+        raise paging.not_a_cursor()
     page = await store.page(prefix=prefix, held=held, after=after, limit=limit, scope=principal.prefixes)
-    next_cursor = encode_cursor(page.rows[-1].name) if page.has_more else None
+    next_cursor = paging.encode(page.rows[-1].name) if page.has_more else None
     return json_response(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))
 
 

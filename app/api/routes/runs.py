@@ -6,11 +6,9 @@ on the fencing token, newest first; the cursor is opaque, and anything but a cur
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -18,18 +16,16 @@ from starlette.responses import Response
 
 from app.api import openapi as doc
 from app.api import openapi_history as examples
+from app.api import paging
 from app.api.deps import HistoryDep, PrincipalDep, SettingsDep
 from app.api.models import DIGITS_ONLY
 from app.api.models_history import QueryTime, RunList, RunView, SkipHourView, SkipList
 from app.api.responses import json_response
 from app.api.routes import LOCKS, V1
 from app.api.routes.locks import RowName
-from app.errors import InvalidRequest
 from app.history.runs import Run, RunPage
 from app.locking.leases import is_schedlock_holder
-from app.locking.names import NAME_MAX
 from app.locking.timefmt import as_utc_naive
-from app.settings import Settings
 
 router = APIRouter(tags=["history"])
 
@@ -66,66 +62,39 @@ def run_view(run: Run, db_time: datetime) -> RunView:
     )
 
 
-_CURSOR_TEXT = re.compile(r"[A-Za-z0-9_-]{1,60}")
 #: A lock's pages continue after a fencing token; the pages of every lock after (acquired_at in µs, fencing token).
-_LOCK_CURSOR = re.compile(rb"runs:([1-9][0-9]{0,18})")
-_ALL_CURSOR = re.compile(rb"at:(-?[0-9]{1,18}):([1-9][0-9]{0,18})")
-_EPOCH = datetime(1970, 1, 1)
+_LOCK_CURSOR = re.compile(r"runs:([1-9][0-9]{0,18})")
+_ALL_CURSOR = re.compile(r"at:(-?[0-9]{1,18}):([1-9][0-9]{0,18})")
 
 
-def _encode(raw: str) -> str:
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode(cursor: str, pattern: re.Pattern[bytes]) -> re.Match[bytes]:
-    """The cursor's fields; 422 (field ``cursor``) for anything this API did not return."""
-    if _CURSOR_TEXT.fullmatch(cursor):
-        try:
-            match = pattern.fullmatch(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        except (binascii.Error, ValueError):
-            match = None
-        if match is not None and int(match.groups()[-1]) < 2**63:
-            return match
-    raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor")
+def _token(field: str) -> int:
+    token = int(field)
+    if token >= 2**63:  # a bigint's range
+        raise paging.not_a_cursor()
+    return token
 
 
 def lock_cursor(run: Run) -> str:
-    return _encode(f"runs:{run.fencing_token}")
+    return paging.encode(f"runs:{run.fencing_token}")
 
 
 def decode_lock_cursor(cursor: str) -> int:
-    return int(_decode(cursor, _LOCK_CURSOR).group(1))
+    return _token(paging.read(cursor, _LOCK_CURSOR).group(1))
 
 
 def all_cursor(run: Run) -> str:
-    at = as_utc_naive(run.acquired_at) - _EPOCH
-    return _encode(f"at:{at // timedelta(microseconds=1)}:{run.fencing_token}")
+    return paging.encode(f"at:{paging.micros(as_utc_naive(run.acquired_at))}:{run.fencing_token}")
 
 
 def decode_all_cursor(cursor: str) -> tuple[datetime, int]:
-    match = _decode(cursor, _ALL_CURSOR)
-    try:
-        at = _EPOCH + timedelta(microseconds=int(match.group(1)))
-    except OverflowError:
-        raise InvalidRequest("cursor: not a cursor returned by this API", field="cursor") from None
-    return at, int(match.group(2))
-
-
-def _check_limit(settings: Settings, limit: int) -> None:
-    if limit > settings.list_max_limit:
-        raise InvalidRequest(f"limit: must be at most {settings.list_max_limit}", field="limit")
+    match = paging.read(cursor, _ALL_CURSOR)
+    return paging.time_of(match.group(1)), _token(match.group(2))
 
 
 def _list(page: RunPage, cursor: Callable[[Run], str]) -> Response:
     next_cursor = cursor(page.runs[-1]) if page.has_more else None
     items = [run_view(run, page.db_time) for run in page.runs]
     return json_response(RunList(items=items, next_cursor=next_cursor, db_time=page.db_time))
-
-
-Limit = Annotated[
-    int, Query(ge=1, description="Page size (at most the server's list limit, 1000 by default)."), DIGITS_ONLY
-]
-Cursor = Annotated[str | None, Query(max_length=200, description="`next_cursor` of the previous page.")]
 
 
 @router.get(
@@ -142,11 +111,11 @@ async def lock_runs(
     principal: PrincipalDep,
     history: HistoryDep,
     settings: SettingsDep,
-    limit: Limit = 100,
-    cursor: Cursor = None,
+    limit: paging.Limit = 100,
+    cursor: paging.Cursor = None,
 ) -> Response:
     principal.require(name, write=False)
-    _check_limit(settings, limit)
+    paging.check_limit(settings, limit)
     before = decode_lock_cursor(cursor) if cursor is not None else None
     return _list(await history.lock_page(name, limit=limit, before=before), lock_cursor)
 
@@ -164,20 +133,17 @@ async def list_runs(
     principal: PrincipalDep,
     history: HistoryDep,
     settings: SettingsDep,
-    prefix: Annotated[
-        str | None,
-        Query(max_length=NAME_MAX, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$", description="Only names starting with this."),
-    ] = None,
+    prefix: paging.Prefix = None,
     since: Annotated[QueryTime | None, Query(description="Only runs acquired at or after this (ISO-8601).")] = None,
     until: Annotated[QueryTime | None, Query(description="Only runs acquired before this (ISO-8601).")] = None,
     ended: Annotated[
         bool | None,
         Query(description="true: only runs that have ended (any outcome but running); false: only running."),
     ] = None,
-    limit: Limit = 100,
-    cursor: Cursor = None,
+    limit: paging.Limit = 100,
+    cursor: paging.Cursor = None,
 ) -> Response:
-    _check_limit(settings, limit)
+    paging.check_limit(settings, limit)
     before = decode_all_cursor(cursor) if cursor is not None else None
     page = await history.page(
         limit=limit, before=before, prefix=prefix, scope=principal.prefixes, since=since, until=until, ended=ended
