@@ -94,6 +94,10 @@ class _Body(BaseModel):
 
 
 class AcquireRequest(_Body):
+    # Frozen: the lean path hands the instance validated from a body's bytes to every later request with the same
+    # bytes (a job's acquire is the same body each run; app.api.middleware.validated). No token in it.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     lock_at_most_for: Duration = Field(
         description="How long the lock is held at most if the holder never "
         "releases it (crash). Must be > 0 and within the server's maximum."

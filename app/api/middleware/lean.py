@@ -11,7 +11,8 @@ exactly those routes itself:
 - it authenticates with what the route's dependency (``app.api.deps.bearer``) uses, the app's Authenticator on the
   ``Authorization`` header, before any validation, as FastAPI does;
 - it reads the body with the same function (app.api.bodies: JSON only, else 415), and validates the name and the
-  body with the same rule and model (errors located as FastAPI locates them);
+  body with the same rule and model (errors located as FastAPI locates them); a content type, name and body that
+  each passed before pass again without it (app.api.middleware.validated);
 - it calls the route's own endpoint function, and answers errors through ``app.api.errors``.
 
 The routes stay ordinary FastAPI routes: they document the API (OpenAPI, /docs), and without this middleware
@@ -37,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.bodies import read_json
 from app.api.deps import authenticate
 from app.api.errors import known_error_response
+from app.api.middleware.validated import Validated
 
 Endpoint = Callable[..., Awaitable[Response]]
 #: Set in the scope of every request this middleware serves.
@@ -139,6 +141,7 @@ class _LeanEndpoint:
         self.body_model: type[BaseModel] | None = hints.get("body")
         # The name's rule is the one the route declares (writes: the API's name rule; reads: any row's name).
         self.name = TypeAdapter(typing.get_type_hints(endpoint, include_extras=True)["name"]).validate_python
+        self.validated = Validated(self.body_model)  # what passed before passes again without validation
 
     def _validate_body(self, data: Any) -> BaseModel:
         assert self.body_model is not None
@@ -150,10 +153,16 @@ class _LeanEndpoint:
             principal = authenticate(request, authorization)  # what the route's bearer dependency does
             kwargs: dict[str, Any] = {"principal": principal, "request": request}
             raw = await _body(request) if self.body_model is not None else b""
+            name = request.path_params["name"]
+            validated = self.validated
+            known = validated.body(raw) if raw else None
+            if known is not None and validated.has_type(content_type) and validated.has_name(name):
+                # Each passed before, and validating them again would give the same (app.api.middleware.validated).
+                return await self.endpoint(name=name, body=known, **kwargs)
             # A body that is not declared JSON, or not JSON, is refused before any field is looked at (as FastAPI).
             data = read_json(content_type, raw) if raw else None
             errors: list[Any] = []
-            kwargs["name"] = _validate(self.name, request.path_params["name"], ("path", "name"), errors)
+            kwargs["name"] = _validate(self.name, name, ("path", "name"), errors)
             if self.body_model is not None:
                 if not raw:
                     errors.append({"type": "missing", "loc": ("body",), "msg": "Field required", "input": None})
@@ -161,6 +170,7 @@ class _LeanEndpoint:
                     kwargs["body"] = _validate(self._validate_body, data, ("body",), errors)
             if errors:
                 raise RequestValidationError(errors)
+            validated.passed(content_type, name, kwargs["name"], raw, kwargs.get("body"))
             return await self.endpoint(**kwargs)
         except Exception as exc:
             response = known_error_response(exc, request.scope)
