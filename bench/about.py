@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import platform
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from bench import target
@@ -33,14 +34,20 @@ def machine(database_url: str) -> dict[str, Any]:
     }
 
 
-def code() -> dict[str, Any]:
-    """The commit measured, and whether the work tree had uncommitted changes."""
+#: What a run measures: the server, the benchmark, and the versions they run with. An edit elsewhere (the docs, the
+#: tests) changes no figure, so it does not mark the run as made on uncommitted code.
+MEASURED = ("app", "bench", "pyproject.toml", "requirements.lock")
+
+
+def code(root: Path = target.ROOT) -> dict[str, Any]:
+    """The commit measured, and whether what it measures (MEASURED) had uncommitted changes."""
 
     def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], cwd=target.ROOT, capture_output=True, text=True, check=False)
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
         return out.stdout.strip()
 
-    return {"commit": git("rev-parse", "--short", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
+    dirty = git("status", "--porcelain", "--", *MEASURED)
+    return {"commit": git("rev-parse", "--short", "HEAD") or None, "dirty": bool(dirty)}
 
 
 def redacted_env(env: dict[str, str]) -> dict[str, str]:

@@ -84,7 +84,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"schedlock benchmark — {results['machine']['description']}",
         f"load generator {results['load_generator']}; code {results['code']['commit']}"
-        f"{' (uncommitted changes)' if results['code']['dirty'] else ''}; "
+        f"{' (uncommitted changes to the code)' if results['code']['dirty'] else ''}; "
         f"load average {results['machine']['loadavg_start'][0]:.1f} at start, "
         f"{results['machine']['loadavg_end'][0]:.1f} at end",
         f"server auth: {results.get('server', {}).get('auth', 'unknown')}",

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bench import compare, dbcpu
+from bench import about, compare, dbcpu
 from bench.__main__ import _parser
 from bench.about import redact_url
 from bench.loadgen import Load, parse_samples
@@ -351,3 +351,32 @@ def test_a_missed_cores_target_says_what_waits() -> None:
     results["config"] = {"server_env": {"SCHEDLOCK_WORKERS": "2"}}
     cores = evaluate(results, 32, 500.0, "reuse")["machine_cores_busy"]
     assert cores["what_waits"].startswith("round trips")  # two processes at 0.96 of a core are not saturated
+
+
+def test_a_run_is_marked_uncommitted_for_edits_to_what_it_measures_only(tmp_path: Path) -> None:
+    """Docs and tests edited beside a run change none of its figures; the server's or the benchmark's code does."""
+
+    def git(*args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True
+        )
+
+    git("init", "-q")
+    for path in ("app/x.py", "bench/y.py", "docs/z.md", "tests/t.py", "pyproject.toml"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("1\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "c")
+    assert about.code(tmp_path)["dirty"] is False
+    (tmp_path / "docs/z.md").write_text("2\n")
+    (tmp_path / "tests/t.py").write_text("2\n")
+    assert about.code(tmp_path)["dirty"] is False
+    (tmp_path / "bench/new.py").write_text("2\n")  # a file git does not know yet counts too
+    assert about.code(tmp_path)["dirty"] is True
+    (tmp_path / "bench/new.py").unlink()
+    for path in ("app/x.py", "pyproject.toml"):
+        (tmp_path / path).write_text("2\n")
+        assert about.code(tmp_path)["dirty"] is True, path
+        git("checkout", "-q", "--", path)
+    measured = about.code(tmp_path)
+    assert measured["dirty"] is False and measured["commit"]
