@@ -2,9 +2,9 @@
 
 A job's acquire is the same request every time it runs, on every node: the same lock name, the same
 ``Content-Type``, the same body bytes (its ``lock_at_most_for``, its holder). Reading that body (orjson), validating
-it (pydantic, with the duration parser) and checking the name's rule again and again was about a twentieth of the
-server's CPU for a refused acquire under contention (docs/performance.md, "Validated inputs"). Each of the three is a
-pure function of its input, so what passed once passes again:
+it (pydantic, with the duration parser) and checking the name's rule again and again was a share of the server's CPU
+per request worth saving (docs/performance.md, "Validated inputs"). Each of the three is a pure function of its
+input, so what passed once passes again:
 
 - a ``Content-Type`` value that said JSON;
 - a lock name its route's rule took unchanged;
