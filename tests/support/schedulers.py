@@ -118,8 +118,8 @@ class Nodes:
         lines = self.record_path.read_text().splitlines()
         return [Record(*line.split(" ", 2)) for line in lines if line.count(" ") == 2]
 
-    def runs(self, event: str = "done") -> list[Record]:
-        return [r for r in self.records() if r.event == event]
+    def runs(self, event: str = "done", node: str | None = None) -> list[Record]:
+        return [r for r in self.records() if r.event == event and node in (None, r.node)]
 
     def wait_until(self, what: str, done: Callable[[], object], timeout: float = 40) -> None:
         """Poll until ``done()`` is true; fail with every node's log when it does not come in time."""
