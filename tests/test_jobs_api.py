@@ -348,7 +348,8 @@ async def test_an_acquire_with_a_schedule_registers_its_job(client: httpx.AsyncC
     assert (job["schedule"], job["timezone"], job["grace"], job["state"]) == ("0 * * * *", "UTC", "PT300S", "new")
     # An operator's settings stay; a changed schedule updates the job.
     await put(client, name, schedule="0 * * * *", grace="10m", description="kept")
-    await client.post(f"/v1/locks/{name}/release", json={"token": lease["token"]})
+    # Not completed: a completed hourly tick would make the new schedule's latest tick, earlier today, stale.
+    await client.post(f"/v1/locks/{name}/release", json={"token": lease["token"], "completed": False})
     await acquire(client, name, "1m", schedule="30 2 * * *", timezone="Europe/Berlin")
     job = await get(client, name)
     assert (job["schedule"], job["timezone"], job["grace"], job["description"]) == (

@@ -330,3 +330,128 @@ async def test_slot_answers_fit_the_documents_schemas(client: httpx.AsyncClient,
     check(await client.get(f"/v1/locks/{name}"), GET, "get")
     check(await client.get("/v1/locks", params={"prefix": name}), LIST, "get")
     check(await acquire(client, name, "1m", schedule="0 0 31 2 *"), ACQUIRE, "post")  # 422
+
+
+def tick(minute: int) -> str:
+    """A tick-time key (docs/slots.md): the API's time format."""
+    return f"2026-11-30T03:{minute:02d}:00.000Z"
+
+
+async def run_tick(client: httpx.AsyncClient, name: str, slot: str) -> None:
+    lease = await acquire(client, name, "10m", slot=slot)
+    assert lease.status_code == 200, lease.text
+    assert (await release(client, name, lease.json()["token"])).json()["completed"] is True
+
+
+async def test_a_late_trigger_of_an_older_tick_is_stale_and_the_record_stays(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    """Issue 43: a tick older than the last completed one answers slot_done, saying it is stale; it never runs, and
+    the last completed tick does not move back (so the newer one is not run again)."""
+    await run_tick(client, name, tick(5))
+    late = await acquire(client, name, "10m", slot=tick(4), holder="late-node")
+    err = error(late)
+    assert late.status_code == 409 and err["code"] == "slot_done", late.text
+    assert err["stale"] is True and err["slot"] == tick(4) and err["last_completed_slot"] == tick(5)
+    assert "stale" in err["message"] and tick(5) in err["message"]
+    check(late, ACQUIRE, "post")  # the document describes it
+    got = (await client.get(f"/v1/locks/{name}")).json()
+    assert got["last_completed_slot"] == tick(5)
+    again = error(await acquire(client, name, "10m", slot=tick(5)))
+    assert again["code"] == "slot_done" and "stale" not in again and "last_completed_slot" not in again
+    await run_tick(client, name, tick(6))  # a newer tick runs
+
+
+async def test_a_stale_tick_is_refused_while_the_lock_is_held_too(client: httpx.AsyncClient, name: str) -> None:
+    await run_tick(client, name, tick(5))
+    await acquire(client, name, "10m", slot=tick(7))  # a newer tick running
+    assert error(await acquire(client, name, "10m", slot=tick(1)))["stale"] is True
+    assert error(await acquire(client, name, "10m", slot=tick(6)))["code"] == "lock_held"
+
+
+async def test_keys_that_are_not_tick_times_keep_the_old_rule(client: httpx.AsyncClient, name: str) -> None:
+    """Only keys written as the API writes times compare as times; any other key is refused only when it is the last
+    completed one, and a time key after another key (or before) runs."""
+    await run_tick(client, name, "2026-11-30")
+    await run_tick(client, name, "2026-11-29")  # not a tick time: an "older" key of one's own runs
+    await run_tick(client, name, tick(5))
+    await run_tick(client, name, "2026-11-30T03:04")  # not the API's form either
+    await run_tick(client, name, tick(4))  # the last completed key is no tick: no order to keep
+    assert error(await acquire(client, name, "10m", slot=tick(3)))["stale"] is True
+    for almost in ("2026-11-30T03:03:00Z", "2026-11-30T03:03:00.000+00:00", "2026-11-30 03:03:00.000Z"):
+        await run_tick(client, name, almost)
+        await run_tick(client, name, tick(9))
+
+
+async def test_a_schedules_slot_older_than_the_last_completed_tick_is_stale(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    await run_tick(client, name, "2999-01-01T00:00:00.000Z")  # a tick key far ahead of the schedule's
+    err = error(await acquire(client, name, "10m", schedule="* * * * *"))
+    assert err["code"] == "slot_done" and err["stale"] is True
+    assert err["last_completed_slot"] == "2999-01-01T00:00:00.000Z"
+
+
+async def completed_older(db: Any, settings: Settings, name: str, lease_slot: str, last: str) -> None:
+    """Put the row in a state the acquire rule no longer lets arise (a lease taken under the old rule, before an
+    upgrade): its lease runs ``lease_slot`` while the name's last completed tick is the newer ``last``."""
+    await db.execute(
+        f"UPDATE {settings.table} SET slot = $2, last_completed_slot = $3, last_completed_at = now(), "
+        "last_completed_by = 'newer' WHERE name = $1",
+        *(name, lease_slot, last),
+    )
+
+
+async def test_completing_an_older_tick_never_moves_the_record_back(
+    client: httpx.AsyncClient, db: Any, settings: Settings, name: str
+) -> None:
+    lease = (await acquire(client, name, "10m", slot=tick(4))).json()
+    await completed_older(db, settings, name, tick(4), tick(5))
+    released = (await release(client, name, lease["token"])).json()
+    assert released["slot"] == tick(4) and released["completed"] is False  # released, but not recorded
+    got = (await client.get(f"/v1/locks/{name}")).json()
+    assert (got["last_completed_slot"], got["held"]) == (tick(5), False)
+
+
+async def test_the_batched_release_keeps_the_order_too(
+    app: FastAPI, client: httpx.AsyncClient, db: Any, settings: Settings
+) -> None:
+    """The coalesced release (app.coalescing.batches) is its own statement: the same guard, per name."""
+    from app.locking.leases import hash_token, released_marker
+
+    names, tokens = [f"batch-{uuid.uuid4().hex[:10]}" for _ in range(2)], []
+    for n, lease_slot in zip(names, (tick(4), tick(6)), strict=True):
+        tokens.append((await acquire(client, n, "10m", slot=lease_slot)).json()["token"])
+        await completed_older(db, settings, n, lease_slot, tick(5))
+    hashes = [hash_token(t) for t in tokens]
+    rows = await db.fetch(
+        app.state.store.sql.release_many, names, hashes, [released_marker(h) for h in hashes], [True, True]
+    )
+    assert sorted((r["name"], r["ok"], r["last_completed_slot"]) for r in rows) == sorted(
+        [
+            (names[0], True, tick(5)),
+            (names[1], True, tick(6)),
+        ]  # the older one kept the newer record; the newer moved it
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        tick(0),
+        "0001-01-01T00:00:00.000Z",
+        "2026-11-30T03:00:00.000z",
+        "2026-11-30T03:00:00Z",
+        "2026-11-30T03:00:00.0000Z",
+        " 2026-11-30T03:00:00.000Z",
+        "2026-11-30T03:00:00.000Z\n",
+        "2026-11-30T03:00:00.000Zx",
+        "2026-11-30T03:00:00,000Z",
+        "\uff12026-11-30T03:00:00.000Z",  # a fullwidth digit: a digit to Python's \d, not to the pattern
+        "batch-42",
+    ],
+)
+async def test_the_tick_pattern_is_the_same_in_python_and_in_sql(db: Any, key: str) -> None:
+    from app.locking.slots import TICK_SQL, is_tick
+
+    assert await db.fetchval(f"SELECT $1::text ~ {TICK_SQL}", key) is is_tick(key)

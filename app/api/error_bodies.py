@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from app.api.models import UtcTime
 
@@ -35,10 +36,21 @@ class LockHeldDetail(_Named):
 
 class SlotDoneDetail(_Named):
     code: Literal["slot_done"]
-    slot: str = Field(description="The slot asked for: the name's last completed slot (docs/slots.md).")
-    completed_at: UtcTime = Field(description="When a holder released that slot as completed.")
+    slot: str = Field(
+        description="The slot asked for: the name's last completed slot, or (`stale`) a tick older than it "
+        "(docs/slots.md)."
+    )
+    completed_at: UtcTime = Field(description="When a holder released the last completed slot as completed.")
     locked_by: str = Field(description="The holder that completed it, as it gave itself at acquisition.")
     db_time: UtcTime
+    stale: bool = Field(
+        default=False,
+        description="Present (true) when `slot` is a tick older than the last completed one: a late "
+        "trigger of an old tick.",
+    )
+    last_completed_slot: str | SkipJsonSchema[None] = Field(
+        default=None, description="With `stale`: the name's last completed slot, the newer tick."
+    )
 
 
 class LockHeldError(BaseModel):

@@ -118,8 +118,10 @@ class AcquireRequest(_Body):
         min_length=1,
         max_length=SLOT_MAX,
         description="Run once per tick: a tick key of the caller's choosing (1-64 characters, no control "
-        "characters). If it is the name's last completed slot, the answer is 409 `slot_done`. Not with `schedule`.",
-        examples=["2026-11-30T03:00"],
+        "characters). If it is the name's last completed slot, the answer is 409 `slot_done`; so it is for a tick "
+        "time (`2026-11-30T03:00:00.000Z`, the form times are written in) older than the last completed one "
+        "(docs/slots.md). Not with `schedule`.",
+        examples=["2026-11-30T03:00:00.000Z"],
     )
     schedule: Annotated[str | None, BeforeValidator(_check_slot)] = Field(
         default=None,

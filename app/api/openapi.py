@@ -108,8 +108,9 @@ HELD = _error(
     409,
     LockHeldError,
     "`lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when. "
-    "`slot_done` (with `slot` or `schedule`): the requested slot is the name's last completed one; `slot`, "
-    "`completed_at` and `locked_by` say which, when and by whom. Either way: skip this run.",
+    "`slot_done` (with `slot` or `schedule`): the requested slot is the name's last completed one, or `stale`: a "
+    "tick older than it (`last_completed_slot`); `slot`, `completed_at` and `locked_by` say which, when and by "
+    "whom. Either way: skip this run.",
     {
         "code": "lock_held",
         "message": f"'{NAME}' is held by '{LOCKED_BY}' until {LOCK_UNTIL}",

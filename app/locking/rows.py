@@ -83,15 +83,26 @@ def held(name: str, current: LockRow) -> LockHeld:
     )
 
 
-def slot_done(name: str, current: LockRow) -> SlotDone:
-    """The refusal of a slotted acquire whose tick was completed: when and by whom."""
+def slot_done(name: str, current: LockRow, asked: str) -> SlotDone:
+    """The refusal of a slotted acquire whose tick ``asked`` is done: it is the last completed slot, or a tick older
+    than it (stale: a late trigger, docs/slots.md). Says when and by whom the last one was completed."""
+    last = current.last_completed_slot
     completed_at = format_time(current.last_completed_at) if current.last_completed_at is not None else None
+    if asked == last:
+        message = f"slot {asked!r} of {name!r} was completed at {completed_at} by {current.last_completed_by!r}"
+        stale: dict[str, object] = {}
+    else:
+        message = (
+            f"slot {asked!r} of {name!r} is stale: a tick older than its last completed slot {last!r}, "
+            f"completed at {completed_at} by {current.last_completed_by!r}"
+        )
+        stale = {"stale": True, "last_completed_slot": last}
     return SlotDone(
-        f"slot {current.last_completed_slot!r} of {name!r} was completed at {completed_at} "
-        f"by {current.last_completed_by!r}",
+        message,
         name=name,
-        slot=current.last_completed_slot,
+        slot=asked,
         completed_at=completed_at,
         locked_by=current.last_completed_by,
         db_time=format_time(current.db_time),
+        **stale,
     )

@@ -15,6 +15,12 @@ SLOT_MAX = 64
 #: Refused in a slot key (1 to SLOT_MAX characters): C0 and C1 controls, and lone surrogates (no database can store
 #: them). The API's models check it.
 SLOT_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+#: A tick-time key (docs/slots.md): an instant written exactly as the API writes times, UTC with milliseconds
+#: (``2026-11-30T02:00:00.000Z``), the form the server gives a schedule's slot and every adapter sends. Such keys
+#: compare as times (their text, byte for byte, orders them): the name's ticks only move forward. TICK_SQL is the
+#: same pattern for the statements (tests/test_slots.py checks both agree).
+TICK = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{3}Z")
+TICK_SQL = f"'^{TICK.pattern}$'"
 #: Attempts before giving up on agreeing with the database's clock (each one after the first learned its now).
 ATTEMPTS = 3
 _EARLIEST, _LATEST = datetime(1, 1, 1), datetime(9999, 12, 31)
@@ -33,6 +39,22 @@ class Candidates:
 
     def args(self) -> tuple[object, ...]:
         return self.ats, self.keys, self.lo, self.hi, self.grace
+
+
+def is_tick(key: str | None) -> bool:
+    """Whether ``key`` is a tick-time key (TICK)."""
+    return key is not None and TICK.fullmatch(key) is not None
+
+
+def older(key: str | None, last: str | None) -> bool:
+    """Whether ``key`` is a tick older than ``last``, the name's last completed tick: stale, never run again."""
+    return key is not None and last is not None and is_tick(key) and is_tick(last) and key < last
+
+
+def done(key: str | None, last: str | None) -> bool:
+    """Whether the slot ``key`` counts as done when the name's last completed slot is ``last``: it is that slot, or
+    a tick older than it (the statements' rule, app.locking.statements.free)."""
+    return key is not None and (key == last or older(key, last))
 
 
 def fixed(key: str) -> Candidates:

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from app.locking.leases import FORCED_MARKER_SQL
 from app.locking.rows import NOW, ROW, row_of
+from app.locking.slots import TICK_SQL
 
 #: The columns an acquire writes, in its INSERT's order.
 _WRITTEN = "name, lock_until, locked_at, locked_by, lease_token_hash, lock_at_least_for, slot"
@@ -44,10 +45,20 @@ class ReleaseOp(NamedTuple):
     completed: bool
 
 
-def free(row: str, slot: str) -> str:
+def older(slot: str, last: str) -> str:
+    """``slot`` is a tick older than ``last`` (app.locking.slots.TICK: both written as the API writes times, so
+    their bytes order them; "C" so that no locale's collation does). NULL, not false, when either is NULL."""
+    return f'({slot} ~ {TICK_SQL} AND {last} ~ {TICK_SQL} AND {slot} COLLATE "C" < {last} COLLATE "C")'
+
+
+def free(row: str, slot: str, *, ticks: bool = False) -> str:
     """The acquire rule: ``row`` may be taken, for the slot ``slot`` (NULL: none). It is free or expired, and its
-    last completed slot is not this one."""
-    return f"{row}.lock_until <= {NOW} AND ({row}.last_completed_slot = {slot}) IS NOT TRUE"
+    last completed slot is not this one; with ``ticks`` (the slotted acquire), nor a tick newer than this one: a
+    late trigger of an old tick never runs it after a newer one completed (docs/slots.md)."""
+    done = f"{row}.last_completed_slot = {slot}"
+    if ticks:
+        done += f" OR {older(slot, f'{row}.last_completed_slot')}"
+    return f"{row}.lock_until <= {NOW} AND ({done}) IS NOT TRUE"
 
 
 @dataclass(frozen=True)
@@ -124,7 +135,7 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
     # rows claimed above (they exist and this statement holds them: no insert, no conflict to resolve, one trigger
     # call per row). A row seen free but not claimed is another's, and a name with no row yet is left to a statement
     # of its own (an insert may wait on another's uncommitted insert of the name): both are busy.
-    insert_if = f"NOT EXISTS (SELECT FROM seen s WHERE NOT ({free('s', slot)}))"
+    insert_if = f"NOT EXISTS (SELECT FROM seen s WHERE NOT ({free('s', slot, ticks=slotted)}))"
     if slotted:
         insert_if += f" AND {slot} IS NOT NULL"
     refused = f"CASE WHEN NOT ({free('s', slot)}) THEN false END" if many else "false"
@@ -159,7 +170,7 @@ def acquire(table: str, *, many: bool = False, slotted: bool = False) -> str:
             lock_until = EXCLUDED.lock_until, locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by,
             lease_token_hash = EXCLUDED.lease_token_hash, lock_at_least_for = EXCLUDED.lock_at_least_for,
             slot = EXCLUDED.slot
-          WHERE {free("l", "EXCLUDED.slot")}
+          WHERE {free("l", "EXCLUDED.slot", ticks=slotted)}
           RETURNING {ROW}"""
     return f"""
         WITH {pick}
@@ -182,7 +193,11 @@ def release(table: str, *, many: bool = False) -> str:
     $1 name, $2 the token's hash, $3 the released marker, $4 completed (arrays when batched)."""
     o = _Operands(many, _RELEASE, _RELEASE_TYPES)
     token_hash, marker = o.col("token_hash"), o.col("marker")
-    completes = f"l.lease_token_hash = {token_hash} AND {o.col('completed')} AND l.slot IS NOT NULL"
+    # Completing never moves the name's last completed tick back: a tick older than it releases, uncompleted.
+    completes = (
+        f"l.lease_token_hash = {token_hash} AND {o.col('completed')} AND l.slot IS NOT NULL "
+        f"AND {older('l.slot', 'l.last_completed_slot')} IS NOT TRUE"
+    )
     locked = (
         f"""locked AS MATERIALIZED (
           SELECT name FROM {table} WHERE name = ANY($1::text[]) ORDER BY name FOR NO KEY UPDATE SKIP LOCKED),"""

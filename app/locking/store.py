@@ -116,8 +116,8 @@ class LockStore:
         choose: Callable[[datetime], slots.Candidates],
     ) -> Lease:
         """Take the lock for a slot, ``choose`` listing the candidate slots around an estimate of the database's
-        now. Raise SlotDone if the slot the statement picked is the last completed one (whether or not the lock
-        is held), LockHeld if it is held."""
+        now. Raise SlotDone if the slot the statement picked is done: the last completed one, or a tick older than
+        it (whether or not the lock is held); LockHeld if it is held."""
         token = new_token()
         args = (name, lock_at_most_for, locked_by, hash_token(token), lock_at_least_for)
         for _ in range(slots.ATTEMPTS):
@@ -129,18 +129,19 @@ class LockStore:
             raise StorageUnavailable("acquire: the database's clock kept moving away from the ticks listed; retry")
         if record["ok"]:
             return Lease(row_from(record), token)
-        current = await self._refused(name, record if record["name"] is not None else None, record["picked"])
-        if current.last_completed_slot == record["picked"]:
+        picked = record["picked"]
+        current = await self._refused(name, record if record["name"] is not None else None, picked)
+        if slots.done(picked, current.last_completed_slot):
             if self._on_held is not None:  # a skipped run, whether the tick was done or someone holds the lock
                 self._on_held(current)
-            raise slot_done(name, current)
+            raise slot_done(name, current, picked)
         raise self._held(name, current)
 
     async def _refused(self, name: str, record: Any, slot: str | None = None) -> LockRow:
         """The row that refused an acquire. The statement's snapshot may predate a writer that committed after it
         (the row looked free, or was not there yet): then it is read again."""
         current = row_from(record) if record is not None else None
-        if current is None or not (current.held or (slot is not None and current.last_completed_slot == slot)):
+        if current is None or not (current.held or slots.done(slot, current.last_completed_slot)):
             try:
                 current = await self.get(name)
             except LockNotFound:

@@ -154,9 +154,16 @@ func (l *Locker) tick(jobName string) string {
 		if err != nil || next.IsZero() || next.After(time.Now().Add(earlyTolerance)) {
 			return "" // not a scheduled tick that is due: RunNow, or a job removed meanwhile
 		}
-		return next.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		return tickKey(next)
 	}
 	return ""
+}
+
+// tickKey is a tick as the slot key: the instant in UTC to the millisecond, written as the API writes times
+// ("2026-11-30T03:00:00.000Z"). The server orders keys of this one form as times (docs/slots.md): a late trigger
+// of an older tick is refused once a newer one completed.
+func tickKey(at time.Time) string {
+	return at.UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
 // lease is a lock a run in this process holds.

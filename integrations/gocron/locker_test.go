@@ -126,3 +126,18 @@ func containsEmpty(ticks []string) bool {
 	}
 	return false
 }
+
+// The slot key is the server's tick form exactly (docs/slots.md), whatever the time's zone or precision: only keys
+// of that form are kept in order, so that a late trigger of an older tick is refused.
+func TestTheTickKeyIsTheServersTickForm(t *testing.T) {
+	berlin := time.FixedZone("CET", 3600)
+	for at, want := range map[time.Time]string{
+		time.Date(2026, 11, 30, 4, 0, 0, 0, berlin):           "2026-11-30T03:00:00.000Z",
+		time.Date(2026, 11, 30, 3, 0, 0, 123456789, time.UTC): "2026-11-30T03:00:00.123Z",
+		time.Date(999, 1, 2, 3, 4, 5, 0, time.UTC):            "0999-01-02T03:04:05.000Z",
+	} {
+		if got := tickKey(at); got != want {
+			t.Errorf("tickKey(%v) = %q, want %q", at, got, want)
+		}
+	}
+}

@@ -13,7 +13,7 @@ from app.cli import main
 from app.locking import statements
 
 
-def _unguarded(row: str, slot: str) -> str:
+def _unguarded(row: str, slot: str, *, ticks: bool = False) -> str:
     """The acquire rule with its guard gone: every row may be taken, held or not."""
     return "true"
 

@@ -4,6 +4,8 @@ leaving its tick open, ``Lease.slot``, against the live server."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from schedlock import AsyncLockClient, InvalidRequest, LockClient, LockHeld, SlotDone
-from tests.support.cli import cli
+from tests.support.cli import SCHEDLOCK, Spawn, cli, wait_until
 
 
 def floor_minute(value: datetime) -> str:
@@ -154,3 +156,63 @@ def test_a_killed_command_leaves_its_tick_open(url: str, name: str) -> None:
     assert time.monotonic() - started < 30
     with LockClient(url) as client:
         assert client.get(name).last_completed_slot == "s"
+
+
+def test_the_cli_skips_a_late_trigger_of_an_older_tick(url: str, name: str, tmp_path: Path) -> None:
+    """Issue 43: a cron line whose trigger comes late (a paused node, a clock behind) runs ``--slot`` with an older
+    tick than one already completed: the command does not run, -v says the tick is stale, and the newer tick is not
+    run again."""
+    log = tmp_path / "runs"
+    args = ["run", "-v", "--name", name, "--at-most", "1m"]
+    command = ["--", "sh", "-c", f'echo "$SCHEDLOCK_SLOT" >> {log}']
+    newer, older = "2026-11-30T03:05:00.000Z", "2026-11-30T03:00:00.000Z"
+    assert cli(url, *args, "--slot", newer, *command).returncode == 0
+    late = cli(url, *args, "--slot", older, *command)
+    assert late.returncode == 0, late.stderr
+    assert f"slot {older} of {name!r} is stale: older than its last completed slot {newer}" in late.stderr
+    again = cli(url, *args, "--slot", newer, *command)
+    assert again.returncode == 0 and "was completed at" in again.stderr
+    assert log.read_text().split() == [newer]
+    with LockClient(url) as client:
+        assert client.get(name).last_completed_slot == newer
+
+
+def test_a_killed_holder_leaves_its_tick_to_expire_and_the_next_tick_runs(
+    url: str, name: str, tmp_path: Path, spawn: Spawn
+) -> None:
+    """``schedlock run`` itself killed (SIGKILL) while its command runs: nothing releases, so the lock is held until
+    lock_at_most_for from the acquisition; then the next tick runs, and the killed tick stays open."""
+    started, ran = tmp_path / "started", tmp_path / "ran"
+    first, second = "2026-11-30T03:00:00.000Z", "2026-11-30T03:01:00.000Z"
+    holder = spawn(
+        [
+            SCHEDLOCK,
+            "run",
+            "--name",
+            name,
+            "--at-most",
+            "2s",
+            "--slot",
+            first,
+            "--",
+            "sh",
+            "-c",
+            f"echo $$ > {started}; exec sleep 60",
+        ]
+    )
+    wait_until(lambda: started.exists() and started.read_text().strip(), what="the command to start")
+    holder.kill()
+    holder.wait(timeout=10)
+    os.kill(int(started.read_text()), signal.SIGKILL)  # its command too (its own process group), as a node dying would
+    with LockClient(url) as client:
+        lease = client.get(name)
+        assert lease.held
+        args = ["run", "-v", "--name", name, "--at-most", "1m", "--slot", second, "--", "touch", str(ran)]
+        held = cli(url, *args)
+        assert held.returncode == 0 and "is held by" in held.stderr and not ran.exists()
+        wait_until(lambda: cli(url, *args).returncode == 0 and ran.exists(), timeout=30, what="the next tick to run")
+        after = client.get(name)
+    assert after.locked_at >= lease.lock_until  # not before the killed holder's lease ended
+    assert after.last_completed_slot == second  # the killed tick never completed; the next one did
+    late = cli(url, "run", "-v", "--name", name, "--at-most", "1m", "--slot", first, "--", "true")
+    assert "is stale" in late.stderr  # and an older tick is not run after it

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from schedlock import LockClient
-from tests.support.schedulers import by_tick, nodes
+from tests.support.schedulers import by_tick, in_order, nodes
 from tests.support.servers import LiveServer, free_port
 
 pytestmark = pytest.mark.system
@@ -72,3 +72,32 @@ def test_schedlock_down_fail_closed_skips_loudly_and_fail_open_runs(live_server:
     assert {r.node for r in group.runs("start")} == {"open"}, group.logs()
     assert "ERROR schedlock.client skipped celery task" in closed.log or "ERROR" in closed.log, closed.log
     assert "running celery task" in opened.log and "WITHOUT the lock" in opened.log, opened.log
+
+
+@pytest.mark.parametrize("expiry", ["next-tick", "an-hour"])
+def test_a_late_beats_message_for_an_old_tick_is_skipped_and_the_newer_tick_does_not_run_again(
+    live_server: LiveServer, tmp_path: Path, expiry: str
+) -> None:
+    """Issue 43: a beat whose clock is 3 s behind sends each 2 s tick's message after the newer tick ran. By default
+    the message has expired by then (at the entry's next tick), and the worker drops it unrun; with an expiry of the
+    entry's own (an hour), it reaches schedlock, whose answer is a stale slot_done: skipped. Either way no tick runs
+    twice and none runs after a newer one (before: 4 of 6 tries ran a tick twice)."""
+    own = {"expires": "3600"} if expiry == "an-hour" else {}
+    with nodes("celery", live_server.url, tmp_path) as group:
+        a = group.start("a", every="2")
+        late = group.start("late", every="2", beat_only=True, clock_behind_s=3, **own)
+        group.wait_ready(a, late)
+        skipped = "expired at" if expiry == "next-tick" else "is stale, older than its last completed slot"
+        group.wait_until("3 late messages skipped", lambda: a.log.count(skipped) >= 3)
+        group.stop_all()
+    done = group.runs()
+    assert in_order(done), (done, group.logs())
+    assert len(done) >= 3
+    assert late.log.count("Sending due task") >= 3  # the late beat sent every tick, each late
+    if expiry == "next-tick":
+        # Celery's own line for each message it dropped, and ours: as many
+        assert a.log.count("Discarding revoked task") == a.log.count("expired at"), a.log
+    else:
+        assert "Discarding revoked task" not in a.log, a.log
+    with LockClient(live_server.url) as client:
+        assert client.get(group.lock).last_completed_slot == done[-1].tick

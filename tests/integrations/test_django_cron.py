@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.schedulers import by_tick, nodes
+from schedlock import LockClient
+from tests.support.schedulers import by_tick, in_order, nodes
 from tests.support.servers import LiveServer, free_port
 
 pytestmark = pytest.mark.system
@@ -57,3 +58,30 @@ def test_schedlock_down_fail_closed_skips_loudly_and_fail_open_runs(live_server:
     assert {r.node for r in group.runs("start")} == {"open"}, group.logs()
     assert "ERROR schedlock.client skipped django-cron job" in closed.log and "unavailable" in closed.log
     assert "WARNING schedlock.client running django-cron job" in opened.log and "WITHOUT the lock" in opened.log
+
+
+def test_a_late_trigger_of_an_old_tick_is_skipped_and_the_newer_tick_does_not_run_again(
+    live_server: LiveServer, tmp_path: Path
+) -> None:
+    """Issue 43: a node whose clock is 3 s behind asks for each 2 s tick after the newer tick ran; schedlock answers
+    a stale slot_done, and django-cron skips the job. No tick runs twice, none after a newer one."""
+    with nodes("django_cron", live_server.url, tmp_path) as group:
+        a = group.start("a", every="2", run_for="60")
+        late = group.start("late", every="2", run_for="60", clock_behind_s=3)
+        group.wait_ready(a, late)
+        group.wait_until(
+            "3 ticks run and 3 late ones skipped as stale",
+            lambda: len(group.runs()) >= 3 and (len(set(stale_ticks(late.log))) >= 3 or not in_order(group.runs())),
+        )
+        group.stop_all()
+    done = group.runs()
+    assert in_order(done) and len(done) >= 3, (done, group.logs())
+    assert len(set(stale_ticks(late.log))) >= 3
+    assert "not run, see the schedlock log line above" in late.log
+    with LockClient(live_server.url) as client:
+        assert client.get(group.lock).last_completed_slot == done[-1].tick
+
+
+def stale_ticks(log: str) -> list[str]:
+    """The ticks a node skipped as stale, from schedlock.client's INFO lines."""
+    return [line.split(" slot ", 1)[1].split()[0] for line in log.splitlines() if "is stale" in line]

@@ -134,6 +134,33 @@ def test_a_failed_run_leaves_its_tick_to_a_later_trigger_of_the_same_tick(
     assert lock_row(live_server, job_name)["last_completed_slot"] == slot(max(ticks(late)))
 
 
+def test_a_late_trigger_of_an_old_tick_is_skipped_and_the_newer_tick_does_not_run_again(
+    example: Example, live_server: LiveServer, job_name: str, schedulers: list[Scheduler]
+) -> None:
+    """Issue 43: a scheduler whose clock is 3 s behind fires each 2 s tick after the scheduler on time ran the newer
+    one; schedlock answers a stale slot_done, and the late trigger is skipped. No tick runs twice, and the last
+    completed tick is the newest run (it never moved back)."""
+    on_time = example.start(live_server.url, job_name, EVERY_2S)
+    schedulers.append(on_time)
+    late = example.start(live_server.url, job_name, EVERY_2S, clock_behind_s=3)
+    schedulers.append(late)
+
+    def twice() -> bool:
+        return bool(set(ticks(on_time)) & set(ticks(late)))
+
+    late.wait(lambda: len(late.of("skipped")) >= 3 or twice(), "three late triggers skipped")
+    late.stop()
+    on_time.stop()
+
+    runs = ticks(on_time) + ticks(late)
+    assert len(runs) == len(set(runs)), f"a tick ran twice: {sorted(runs)}"
+    assert len(late.of("skipped")) >= 3, late.events
+    assert {e["reason"] for e in late.of("skipped")} <= NOT_ELECTED[example.adapter]
+    if example.adapter == "node-cron":  # node-cron says which tick it skipped: each older than one already run
+        assert all(t < max(ticks(on_time)) for t in ticks(late, "skipped"))
+    assert lock_row(live_server, job_name)["last_completed_slot"] == slot(max(runs))
+
+
 def test_a_killed_holder_blocks_the_job_until_its_lease_ends(
     example: Example, live_server: LiveServer, job_name: str, schedulers: list[Scheduler]
 ) -> None:

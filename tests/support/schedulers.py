@@ -8,6 +8,7 @@ Each node's job appends ``<tick> <node> <event>`` lines (start, fail, done) to o
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -21,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import kombu
+
+from tests.support.faketime import libfaketime
 
 ROOT = Path(__file__).parent.parent.parent
 SCHEDULERS = ("apscheduler", "celery", "django_cron")
@@ -63,15 +66,21 @@ class Nodes:
     def record_path(self) -> Path:
         return self.folder / "record.txt"
 
-    def command(self) -> list[str]:
+    def command(self, beat_only: bool = False) -> list[str]:
         if self.scheduler == "celery":
             app = "tests.support.nodes.celery_node"
+            if beat_only:
+                return [sys.executable, "-m", "celery", "-A", app, "beat", "-l", "info"]
             flags = ["--without-mingle", "--without-gossip", "--without-heartbeat"]
             return [sys.executable, "-m", "celery", "-A", app, "worker", "-B", "-P", "solo", "-l", "info", *flags]
         return [sys.executable, "-m", f"tests.support.nodes.{self.scheduler}_node"]
 
-    def start(self, name: str, url: str | None = None, **env: str) -> Node:
-        """Start a node; NODE_* settings (tests/support/nodes/common.py) as keyword arguments, without the prefix."""
+    def start(
+        self, name: str, url: str | None = None, *, clock_behind_s: int = 0, beat_only: bool = False, **env: str
+    ) -> Node:
+        """Start a node; NODE_* settings (tests/support/nodes/common.py) as keyword arguments, without the prefix.
+        ``clock_behind_s``: its clock runs that many seconds behind (libfaketime), so that every trigger it fires
+        comes late; ``beat_only`` (Celery): a beat and no worker."""
         environment = {k: v for k, v in os.environ.items() if not k.startswith(("SCHEDLOCK_", "NODE_"))}
         environment.update(
             PYTHONPATH=str(ROOT),
@@ -83,12 +92,16 @@ class Nodes:
             NODE_DB=str(self.folder / f"{name}.sqlite3"),
         )
         environment.update({f"NODE_{key.upper()}": value for key, value in env.items()})
+        if clock_behind_s:
+            environment.update(LD_PRELOAD=libfaketime(), FAKETIME=f"-{clock_behind_s}")
+        if beat_only:
+            environment["NODE_BEAT_ONLY"] = "1"
         if self.scheduler == "celery":
             broker_for(Path(environment["NODE_QUEUE"]))
         log_path = self.folder / f"{name}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                self.command(),
+                self.command(beat_only),
                 cwd=self.folder,
                 env=environment,
                 stdout=log,
@@ -105,8 +118,8 @@ class Nodes:
         lines = self.record_path.read_text().splitlines()
         return [Record(*line.split(" ", 2)) for line in lines if line.count(" ") == 2]
 
-    def runs(self, event: str = "done") -> list[Record]:
-        return [r for r in self.records() if r.event == event]
+    def runs(self, event: str = "done", node: str | None = None) -> list[Record]:
+        return [r for r in self.records() if r.event == event and node in (None, r.node)]
 
     def wait_until(self, what: str, done: Callable[[], object], timeout: float = 40) -> None:
         """Poll until ``done()`` is true; fail with every node's log when it does not come in time."""
@@ -175,3 +188,10 @@ def by_tick(records: list[Record]) -> dict[str, list[str]]:
     for record in records:
         ticks.setdefault(record.tick, []).append(record.node)
     return ticks
+
+
+def in_order(records: list[Record]) -> bool:
+    """The ticks completed, in the order they completed (the record file's), only move forward: no tick ran twice,
+    and none after a newer one (issue 43)."""
+    ticks = [r.tick for r in records]
+    return all(earlier < later for earlier, later in itertools.pairwise(ticks))

@@ -11,7 +11,7 @@
     │       └── InternalServerError  500 internal_error
     ├── APIError                     any error answer; .status .code .message .details
     │   ├── LockHeld                 409 lock_held: skip this run (.locked_by, .lock_until)
-    │   ├── SlotDone                 409 slot_done: this tick already ran; skip it (.slot, .completed_at)
+    │   ├── SlotDone                 409 slot_done: this tick ran, or a newer one; skip it (.slot, .stale)
     │   ├── NotHolder                409 not_holder: this lease no longer holds the lock
     │   ├── LockNotFound             404 lock_not_found
     │   ├── JobNotFound              404 job_not_found
@@ -121,7 +121,9 @@ class LockHeld(APIError):
 class SlotDone(APIError):
     """The tick asked for (``slot``, or the one ``once_per`` computed) was already completed: skip this run.
 
-    Says which slot, when it was completed (``completed_at``) and by whom (``locked_by``). See docs/slots.md.
+    Says which slot, when it was completed (``completed_at``) and by whom (``locked_by``). When ``stale``, the slot
+    is a tick older than the name's last completed one (``last_completed_slot``; ``completed_at`` and ``locked_by``
+    are that one's): a late trigger, never run after a newer tick. See docs/slots.md.
     """
 
     status = 409
@@ -130,6 +132,16 @@ class SlotDone(APIError):
     @property
     def slot(self) -> str | None:
         value = self.details.get("slot")
+        return value if isinstance(value, str) else None
+
+    @property
+    def stale(self) -> bool:
+        return self.details.get("stale") is True
+
+    @property
+    def last_completed_slot(self) -> str | None:
+        """The name's last completed slot: ``slot`` itself, or, when ``stale``, the newer tick."""
+        value = self.details.get("last_completed_slot", self.details.get("slot"))
         return value if isinstance(value, str) else None
 
     @property

@@ -46,6 +46,13 @@ def log_skip(job: str, name: str, skip: LockHeld | SlotDone) -> None:
     if isinstance(skip, SlotDone):
         at = format_time(skip.completed_at) if skip.completed_at else "unknown"
         done_by = skip.locked_by
+        if skip.stale:
+            logger.info(
+                "skipped %s: slot %s of lock %r is stale, older than its last completed slot %s "
+                "(completed at %s by %s)",
+                *(job, skip.slot, name, skip.last_completed_slot, at, done_by),
+            )
+            return
         logger.info("skipped %s: slot %s of lock %r was completed at %s by %s", job, skip.slot, name, at, done_by)
         return
     until = format_time(skip.lock_until) if skip.lock_until else "unknown"

@@ -131,7 +131,13 @@ def run(client: LockClient, options: RunOptions) -> int:
         except SlotDone as done:
             if options.verbose:
                 at = format_time(done.completed_at) if done.completed_at else "?"
-                say(f"slot {done.slot} of {options.name!r} was completed at {at}; not running {command_name}")
+                if done.stale:
+                    say(
+                        f"slot {done.slot} of {options.name!r} is stale: older than its last completed slot "
+                        f"{done.last_completed_slot} (completed at {at}); not running {command_name}"
+                    )
+                else:
+                    say(f"slot {done.slot} of {options.name!r} was completed at {at}; not running {command_name}")
             return options.held_exit_code
         except ServiceUnavailable as exc:
             say(f"lock service unavailable, so {options.name!r} could not be taken: {exc}")

@@ -37,6 +37,7 @@ from celery import Task  # noqa: E402
 from celery.beat import PersistentScheduler, ScheduleEntry, Scheduler  # noqa: E402
 from celery.exceptions import Ignore  # noqa: E402
 from celery.schedules import crontab, schedule  # noqa: E402
+from celery.signals import task_revoked  # noqa: E402
 
 __all__ = [
     "SLOT_HEADER",
@@ -45,6 +46,7 @@ __all__ = [
     "SlotScheduler",
     "SlotSchedulerMixin",
     "due_tick",
+    "expired_messages",
     "next_tick",
 ]
 
@@ -159,20 +161,55 @@ class SlotSchedulerMixin:
     """Stamps each message a beat sends with the tick it is due for (``schedlock_slot``); mix it into any
     scheduler class (before it): ``class DatabaseSlotScheduler(SlotSchedulerMixin, DatabaseScheduler)``.
 
-    Unless the entry sets ``expires``, the message expires when the entry's next tick is due: a slot older than the
-    last completed one is not refused (docs/slots.md), so a backlogged worker must not run a tick's late duplicate
-    after a later tick ran; it drops it instead (Celery logs it as expired, and its state is REVOKED).
+    Unless the entry sets ``expires``, the message expires when the entry's next tick is due: a worker that receives
+    it later drops it (Celery revokes an expired message before it runs: state REVOKED, logged at INFO as
+    "Discarding revoked task"; this module counts it, :func:`expired_messages`, and logs it at DEBUG). A late message
+    that still reaches schedlock finds its tick done or stale (docs/slots.md); the expiry spares the round trip.
     """
 
     def apply_async(self, entry: ScheduleEntry, producer: Any = None, advance: bool = True, **kwargs: Any) -> Any:
-        tick = due_tick(entry)  # before super() advances the entry's last run
-        if tick is not None:
-            entry = copy.copy(entry)
-            entry.options = {
-                **entry.options,
-                "headers": {**entry.options.get("headers", {}), SLOT_HEADER: slot_of(tick)},
-            }
-        return super().apply_async(entry, producer, advance, **kwargs)  # type: ignore[misc]
+        tick = due_tick(entry)  # before the entry's last run advances
+        if tick is None:
+            return super().apply_async(entry, producer, advance, **kwargs)  # type: ignore[misc]
+        # The schedule keeps the entry that reserve() makes from the one it is given: advance the entry as it is,
+        # and send a stamped copy, so that no tick's header or expiry is ever stored with the entry.
+        if advance:
+            entry = self.reserve(entry)  # type: ignore[attr-defined]
+        stamped = copy.copy(entry)
+        options = {**entry.options, "headers": {**entry.options.get("headers", {}), SLOT_HEADER: slot_of(tick)}}
+        if options.get("expires") is None and (expires := next_tick(entry, tick)) is not None:
+            options["expires"] = expires.astimezone(UTC)
+        stamped.options = options
+        return super().apply_async(stamped, producer, False, **kwargs)  # type: ignore[misc]
+
+
+_expired = 0
+_expired_guard = threading.Lock()
+
+
+def expired_messages() -> int:
+    """How many messages for a tick (a ``schedlock_slot`` header) this worker process dropped because they expired
+    (the entry's next tick was due before a worker took them): late triggers, never run."""
+    return _expired
+
+
+@task_revoked.connect(weak=False)  # type: ignore[untyped-decorator]  # Celery ships no type hints
+def _count_expired(request: Any = None, expired: bool = False, **_: Any) -> None:
+    """Celery's ``task_revoked`` signal, sent by the worker that drops an expired message: count and log ours."""
+    global _expired
+    if not expired or request is None:
+        return
+    slot = request.get(SLOT_HEADER) or (request.get("headers") or {}).get(SLOT_HEADER)
+    if not slot:
+        return
+    with _expired_guard:
+        _expired += 1
+        count = _expired
+    logger.debug(
+        "dropped celery task %s[%s]: its message for tick %s expired at %s, when the next tick was due "
+        "(%d expired messages dropped by this process)",
+        *(request.get("task"), request.get("id"), slot, request.get("expires"), count),
+    )
 
 
 class SlotScheduler(SlotSchedulerMixin, PersistentScheduler):  # type: ignore[misc]

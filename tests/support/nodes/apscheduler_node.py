@@ -1,11 +1,13 @@
 """An APScheduler 3 BackgroundScheduler with SchedlockExecutor, for NODE_RUN_FOR seconds: the job every NODE_EVERY
-seconds (a cron trigger, so that every node computes the same run times), or once at NODE_AT (a date trigger)."""
+seconds (a cron trigger, so that every node computes the same run times), or once at NODE_AT (a date trigger).
+NODE_MAX_WORKERS (the executor's threads), NODE_HOG_S (a job that holds a thread that long, once) and
+NODE_MISFIRE_GRACE make a slow node, whose runs start late."""
 
 from __future__ import annotations
 
 import os
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -29,13 +31,22 @@ def main() -> None:
         common.LOCK_AT_MOST_FOR,
         keep_alive=common.KEEP_ALIVE,
         on_unavailable=common.ON_UNAVAILABLE,
+        max_workers=int(os.environ.get("NODE_MAX_WORKERS", "10")),
     )
     scheduler = BackgroundScheduler(executors={"default": executor}, timezone="UTC")
+    if "NODE_HOG_S" in os.environ:
+        # A slow node: a job of its own holds the executor's only thread for NODE_HOG_S seconds from half a second
+        # before a tick, so the job's run for that tick starts that much late, with the run time it was due at.
+        start = datetime.now(UTC).replace(microsecond=0)
+        hog_at = start + timedelta(seconds=common.EVERY + common.EVERY - start.second % common.EVERY, milliseconds=-500)
+        seconds = float(os.environ["NODE_HOG_S"])
+        scheduler.add_job(time.sleep, "date", run_date=hog_at, args=[seconds], id=f"{common.LOCK_NAME}-hog")
     if "NODE_AT" in os.environ:
         at = datetime.fromisoformat(os.environ["NODE_AT"])
         scheduler.add_job(job, "date", run_date=at, id=common.LOCK_NAME, misfire_grace_time=60)
     else:
-        scheduler.add_job(job, "cron", second=f"*/{common.EVERY}", id=common.LOCK_NAME, misfire_grace_time=5)
+        grace = int(os.environ.get("NODE_MISFIRE_GRACE", "5"))
+        scheduler.add_job(job, "cron", second=f"*/{common.EVERY}", id=common.LOCK_NAME, misfire_grace_time=grace)
     scheduler.start()
     common.record("-", "ready")
     deadline = time.monotonic() + float(os.environ.get("NODE_RUN_FOR", "5"))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 
 import kombu.transport.sqlalchemy
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import beat_init, worker_ready
 
 from schedlock.celery import SLOT_HEADER, SchedlockTask
 from tests.support.nodes import common
@@ -20,9 +21,11 @@ app = Celery("schedlock_node", broker=f"sqla+sqlite:///{QUEUE}/broker.sqlite3")
 # The default second between polls is slow for ticks of a second (and the SQLAlchemy transport hands its transport
 # options to create_engine, so it cannot be set there).
 kombu.transport.sqlalchemy.Transport.polling_interval = 0.1
+#: NODE_EXPIRES: the entry's own expiry, in seconds (else each message expires at the entry's next tick).
+OPTIONS = {"expires": float(os.environ["NODE_EXPIRES"])} if "NODE_EXPIRES" in os.environ else {}
 app.conf.update(
     beat_scheduler="schedlock.celery:MemorySlotScheduler",
-    beat_schedule={"record": {"task": "node.record", "schedule": timedelta(seconds=common.EVERY)}},
+    beat_schedule={"record": {"task": "node.record", "schedule": timedelta(seconds=common.EVERY), "options": OPTIONS}},
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     task_acks_late=False,
@@ -48,4 +51,12 @@ def record(self: SchedlockTask) -> None:
 @worker_ready.connect  # type: ignore[untyped-decorator]
 def ready(**_: object) -> None:
     common.setup_logging()
+    logging.getLogger("schedlock.celery").setLevel(logging.DEBUG)  # the expired messages a worker drops
     common.record("-", "ready")
+
+
+@beat_init.connect  # type: ignore[untyped-decorator]
+def beat_ready(**_: object) -> None:
+    if os.environ.get("NODE_BEAT_ONLY") == "1":  # a worker's embedded beat is ready with its worker
+        common.setup_logging()
+        common.record("-", "ready")
