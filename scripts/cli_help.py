@@ -7,25 +7,25 @@ tests/cli_conformance fails while the two differ.
 
 from __future__ import annotations
 
-import argparse
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 HELP = Path(__file__).resolve().parent.parent / "integrations" / "go" / "cmd" / "schedlock" / "help"
 #: argparse wraps to the terminal's width; the texts are written, and compared, at 80 columns.
 COLUMNS = "80"
+SUBCOMMANDS = ("run", "list", "status", "release", "runs", "force-release", "jobs")
 
 
 def texts() -> dict[str, str]:
-    """Each parser's help: "main" for `schedlock --help`, then one per subcommand."""
-    os.environ["COLUMNS"] = COLUMNS
-    from schedlock._cli import _parser
-
-    parser, _ = _parser()
-    found = {"main": parser.format_help()}
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public way to its subparsers
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
-            found.update({name: sub.format_help() for name, sub in action.choices.items()})
+    """Each parser's help, as `schedlock [SUBCOMMAND] --help` prints it: "main" for the command's own."""
+    env = {**os.environ, "COLUMNS": COLUMNS}
+    command = [sys.executable, "-m", "schedlock"]
+    found = {}
+    for name, args in [("main", []), *((sub, [sub]) for sub in SUBCOMMANDS)]:
+        done = subprocess.run([*command, *args, "--help"], env=env, capture_output=True, text=True, check=True)
+        found[name] = done.stdout
     return found
 
 

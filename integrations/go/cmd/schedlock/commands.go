@@ -213,7 +213,9 @@ func release(ctx context.Context, client *schedlock.Client, args arguments) (int
 		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 		token = strings.TrimSpace(line)
 	}
-	released, err := client.Release(ctx, args.name, token, true)
+	released, err := client.ReleaseRetrying(ctx, args.name, token, true, func(err error, delay time.Duration) {
+		warn(fmt.Sprintf("release of %s failed, retrying in %ss: %v", pyRepr(args.name), formatG(delay.Seconds()), err))
+	})
 	if err != nil {
 		return 0, err
 	}
