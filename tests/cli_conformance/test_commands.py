@@ -27,6 +27,8 @@ JOB_KEYS = ["name", "schedule", "timezone", "grace", "paused", "state", "recent"
             "last_completed_at"]  # fmt: skip
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
+CLI_DOC = Path(__file__).parents[2] / "docs" / "cli.md"
+
 BILLING = Token("billing-cron", prefixes=("billing.",))
 READER = Token("reader", access="read")
 ADMIN = Token("ops", admin=True)
@@ -195,3 +197,9 @@ def test_a_token_file_is_read_at_every_request(cli: Cli, token_server: LiveServe
                SCHEDLOCK_TOKEN_FILE=str(tmp_path / "missing"))  # fmt: skip
     assert (gone.returncode, gone.stdout) == (64, "")
     assert "token_file_unreadable" in gone.stderr and "SCHEDLOCK_TOKEN_FILE" in gone.stderr
+
+
+def test_the_json_shapes_docs_cli_md_writes_down_are_the_commands() -> None:
+    """docs/cli.md's ```json blocks, in order: a LOCK (with its slot and db_time), a RUN, a JOB."""
+    shapes = [json.loads(b) for b in re.findall(r"^```json\n(.*?)^```$", CLI_DOC.read_text(), re.M | re.S)]
+    assert [list(shape) for shape in shapes] == [[*LOCK_KEYS, *SLOT_KEYS, "db_time"], RUN_KEYS, JOB_KEYS]
