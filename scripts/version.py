@@ -35,6 +35,8 @@ PLACES: list[tuple[str, str]] = [
     ("docs/java.md", PROVIDER),
     ("tests/integrations/java/boot3/pom.xml", PROVIDER),
     ("tests/integrations/java/shedlock7/pom.xml", PROVIDER),
+    ("docs/node-cron.md", r"schedlock-node-cron-([0-9][^ ]*?)\.tgz"),
+    ("docs/cli.md", r"dev\.schedlock:schedlock-shedlock-provider:(\S+)"),
     ("openapi/openapi.json", r'(?m)^    "version": "([^"]+)"$'),  # the first: info's
 ]  # fmt: skip
 

@@ -33,6 +33,8 @@ VERSIONED = [
     "integrations/java/pom.xml",
     "integrations/java/README.md",
     "docs/java.md",
+    "docs/node-cron.md",
+    "docs/cli.md",
     "tests/integrations/java/boot3/pom.xml",
     "tests/integrations/java/shedlock7/pom.xml",
     "openapi/openapi.json",
@@ -98,3 +100,4 @@ def test_scripts_version_bumps_every_package_and_opens_a_changelog_section(tmp_p
     changelog = (copy / "CHANGELOG.md").read_text()
     assert changelog.index("## [Unreleased]") < changelog.index("## [9.8.7] - 2031-02-03") < changelog.index("### ")
     assert "<version>9.8.7</version>" in (copy / "docs/java.md").read_text()
+    assert "schedlock-shedlock-provider:9.8.7" in (copy / "docs/cli.md").read_text()
