@@ -156,7 +156,16 @@ func run(ctx context.Context, client *schedlock.Client, r runOptions) int {
 			if when, ok := detailTime(api, "completed_at"); ok {
 				at = schedlock.FormatTime(when)
 			}
-			say(fmt.Sprintf("slot %s of %s was completed at %s; not running %s", detailOrNone(api, "slot"), pyRepr(r.name), at, commandName))
+			if stale, _ := api.Details["stale"].(bool); stale { // a late trigger of a tick older than the last completed
+				last := api.Detail("last_completed_slot")
+				if last == "" {
+					last = detailOrNone(api, "slot")
+				}
+				say(fmt.Sprintf("slot %s of %s is stale: older than its last completed slot %s (completed at %s); not running %s",
+					detailOrNone(api, "slot"), pyRepr(r.name), last, at, commandName))
+			} else {
+				say(fmt.Sprintf("slot %s of %s was completed at %s; not running %s", detailOrNone(api, "slot"), pyRepr(r.name), at, commandName))
+			}
 		}
 		return r.heldExitCode
 	case errors.Is(err, schedlock.ErrUnavailable):
