@@ -10,9 +10,16 @@
 #   docker run --rm --entrypoint schedlock -e SCHEDLOCK_URL=http://schedlock:8000 -e SCHEDLOCK_TOKEN=… schedlock \
 #       run --name nightly-report --at-most 14m -- python /jobs/report.py
 #
+# The image also holds the Go `schedlock` binary (integrations/go: the same command as one static file) at
+# /opt/schedlock-cli/schedlock, for images without Python: in their Dockerfile,
+#   COPY --from=registry.example.internal/platform/schedlock:0.1.0 /opt/schedlock-cli/schedlock /usr/local/bin/schedlock
+# or the binary alone, built for the platform asked (docs/cli.md):
+#   docker build --target binary --output type=local,dest=bin .             # bin/schedlock
+#
 # The image writes nothing outside /tmp, so it runs with a read-only root filesystem.
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+ARG GO_IMAGE=golang:1.26-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
@@ -37,6 +44,22 @@ RUN /opt/schedlock/bin/pip install --no-cache-dir --no-deps . ./client \
  && /opt/schedlock/bin/python -m compileall -q /opt/schedlock/lib
 
 
+# The Go binary: standard library only, no cgo, so one static file; cross-compiled on the build machine's platform
+# for the target's (docker buildx --platform linux/amd64,linux/arm64).
+FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS binary-build
+ARG TARGETOS=linux
+ARG TARGETARCH=amd64
+WORKDIR /src
+COPY integrations/go/go.mod integrations/go/go.sum ./
+RUN go mod download
+COPY integrations/go ./
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags "-s -w" -o /out/schedlock ./cmd/schedlock
+
+FROM scratch AS binary
+COPY --from=binary-build /out/schedlock /schedlock
+ENTRYPOINT ["/schedlock"]
+
+
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="schedlock" \
       org.opencontainers.image.description="ShedLock's lock semantics over HTTP, on one Postgres table" \
@@ -45,6 +68,7 @@ RUN groupadd --system --gid 10001 schedlock \
  && useradd --system --uid 10001 --gid schedlock --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin schedlock
 COPY --from=build /opt/schedlock /opt/schedlock
+COPY --from=binary /schedlock /opt/schedlock-cli/schedlock
 
 # HOME=/tmp: libraries that look for dotfiles find a writable place even under an arbitrary UID.
 ENV PATH=/opt/schedlock/bin:$PATH \

@@ -99,12 +99,31 @@ def test_hadolint_is_a_real_linter(tmp_path: Path) -> None:
 
 
 def test_base_image_is_a_slim_python_chosen_by_build_arg() -> None:
-    (arg,) = [i for i in DOCKER if i.keyword == "ARG" and i.stage == -1]
-    name, _, default = arg.args.partition("=")
-    assert name == "PYTHON_IMAGE" and re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", default), default
+    args = dict(i.args.partition("=")[::2] for i in DOCKER if i.keyword == "ARG" and i.stage == -1)
+    assert set(args) == {"PYTHON_IMAGE", "GO_IMAGE"}
+    assert re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", args["PYTHON_IMAGE"]), args
+    assert re.fullmatch(r"golang:1\.\d+(\.\d+)?-\w+", args["GO_IMAGE"]), args
     froms = of("FROM")
     assert len(froms) >= 2, "multi-stage: build tools and sources stay out of the final image"
-    assert all(f.args.split()[0] == "${PYTHON_IMAGE}" for f in froms)
+    python = [f for f in froms if f.stage in (0, FINAL)]
+    assert all(f.args.split()[0] == "${PYTHON_IMAGE}" for f in python)
+
+
+def test_a_stage_builds_the_static_go_binary_and_the_image_carries_it() -> None:
+    """`docker build --target binary` is the Go `schedlock` alone (FROM scratch); the server image holds it at
+    /opt/schedlock-cli/schedlock for a `COPY --from=` into images without Python (docs/cli.md)."""
+    stages = {i.args.split()[-1]: i.stage for i in of("FROM") if " AS " in i.args}
+    go_build, binary = stages["binary-build"], stages["binary"]
+    (base,) = of("FROM", go_build)
+    assert base.args.split()[:2] == ["--platform=$BUILDPLATFORM", "${GO_IMAGE}"]
+    (compile_,) = [r for r in of("RUN", go_build) if "go build" in r.args]
+    assert "CGO_ENABLED=0" in compile_.args and "GOARCH=$TARGETARCH" in compile_.args
+    assert '-trimpath -ldflags "-s -w"' in compile_.args and compile_.args.endswith("./cmd/schedlock")
+    (scratch,) = of("FROM", binary)
+    assert scratch.args.startswith("scratch ")
+    assert [c.args for c in of("COPY", FINAL) if c.args.startswith("--from=binary ")] == [
+        "--from=binary /schedlock /opt/schedlock-cli/schedlock"
+    ]
 
 
 def test_dependencies_are_installed_before_the_code_is_copied() -> None:
@@ -179,9 +198,9 @@ def test_final_image_runs_one_server_process_as_non_root() -> None:
     assert "--workers" not in DOCKERFILE.read_text()
     (expose,) = of("EXPOSE", FINAL)
     assert f"SCHEDLOCK_PORT={expose.args}" in env
-    # The final stage takes only the built virtualenv: no sources, tests or build tools.
+    # The final stage takes only the built virtualenv and the Go binary: no sources, tests or build tools.
     copies = of("COPY", FINAL)
-    assert copies and all(c.args.startswith("--from=build ") for c in copies)
+    assert copies and all(c.args.startswith(("--from=build ", "--from=binary ")) for c in copies)
     assert not of("VOLUME"), "no writable volume is needed: /tmp is the only place written"
 
 
@@ -190,7 +209,7 @@ def test_dockerignore_admits_only_what_the_build_copies() -> None:
     patterns = [line for line in lines if line and not line.startswith("#")]
     assert patterns[0] == "*", "an allow-list: .venv, .git, .schedlock and secrets never reach the daemon"
     allowed = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
-    sources = {s.rstrip("/") for c in of("COPY", 0) if not c.args.startswith("--from") for s in c.args.split()[:-1]}
+    sources = {s.rstrip("/") for c in of("COPY") if not c.args.startswith("--from") for s in c.args.split()[:-1]}
 
     def within(path: str, folders: set[str]) -> bool:
         return any(path == f or path.startswith(f"{f}/") for f in folders)
@@ -336,8 +355,9 @@ def _table_exists(url: str, schema: str) -> bool:
     return asyncio.run(check())
 
 
-@pytest.mark.parametrize("stage", ["build", "final"])
+@pytest.mark.parametrize("stage", ["build", "binary-build", "final"])
 def test_no_curl_wget_or_apt_in_any_stage(stage: str) -> None:
-    """Wheels cover every dependency on slim images: no compilers, no package manager runs, nothing to patch."""
-    runs = of("RUN", 0 if stage == "build" else FINAL)
+    """Wheels cover every dependency on slim images, the Go toolchain the binary's: no package manager runs."""
+    named = {i.args.split()[-1]: i.stage for i in of("FROM") if " AS " in i.args}
+    runs = of("RUN", FINAL if stage == "final" else named[stage])
     assert not any(re.search(r"\b(apt-get|apk|curl|wget)\b", r.args) for r in runs)

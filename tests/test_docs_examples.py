@@ -10,7 +10,8 @@
 - ```java, ```go and ```js blocks must be verbatim excerpts of files the suite builds and runs: examples/, the ShedLock
   provider in integrations/ and the programs that run it in tests/integrations/java/.
 - ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
-  logs; ```promql may name only metrics the server exports; ```text is prose in a box.
+  logs (docs/cli.md's ```json are the CLI's output shapes, which tests/cli_conformance checks); ```promql may name
+  only metrics the server exports; ```text is prose in a box.
 
 Each page's examples run in the page's order against a server on a table of the page's own, so their outputs depend
 neither on what other tests did nor on the order pytest runs the pages in.
@@ -282,6 +283,8 @@ def test_json_blocks_are_token_configurations_or_log_lines(docs_server: tuple[Li
         example = json.loads(block.code)
         if "tokens" in example:
             continue  # test_token_configuration_loads
+        if block.doc == "docs/cli.md":
+            continue  # the `schedlock --json` shapes: tests/cli_conformance/test_commands.py checks them
         assert example.get("logger") == "schedlock.access", f"{block.id}: a JSON block no test checks"
         assert set(example) == set(logged[0]), f"{block.id}: the server logs {sorted(logged[0])}"
 

@@ -17,12 +17,20 @@ import yaml
 
 from tests.support.apps import migrated_table
 from tests.support.cli import SCHEDLOCK
+from tests.support.cli_impls import build_go
 from tests.support.helm import KUBE_VERSIONS
 from tests.support.servers import LiveServer, start_server, stop_server
 
 pytestmark = pytest.mark.system  # kubernetes-validate, and the CronJob command against a server process
 
 README = Path(__file__).parent.parent / "helm" / "schedlock" / "README.md"
+DOCKERFILE = Path(__file__).parent.parent / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def go_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    binary, _ = build_go(tmp_path_factory.mktemp("go") / "schedlock")
+    return binary
 
 
 def manifests() -> list[dict[str, Any]]:
@@ -30,8 +38,8 @@ def manifests() -> list[dict[str, Any]]:
     return [doc for block in blocks for doc in yaml.safe_load_all(block) if doc]
 
 
-def one(kind: str) -> dict[str, Any]:
-    (found,) = [m for m in manifests() if m["kind"] == kind]
+def one(kind: str, name: str = "nightly-report") -> dict[str, Any]:
+    (found,) = [m for m in manifests() if m["kind"] == kind and m["metadata"]["name"] == name]
     return found
 
 
@@ -46,7 +54,7 @@ def server(database_url: str) -> Iterator[LiveServer]:
 
 @pytest.mark.parametrize("kube_version", KUBE_VERSIONS, ids=["oldest", "newest"])
 def test_the_cronjob_manifests_pass_kubernetes_validate_strict(kube_version: str | None, tmp_path: Path) -> None:
-    assert {m["kind"] for m in manifests()} == {"ConfigMap", "CronJob"}
+    assert sorted(m["kind"] for m in manifests()) == ["ConfigMap", "ConfigMap", "CronJob", "CronJob"]
     manifest = tmp_path / "cronjob.yaml"
     manifest.write_text(yaml.safe_dump_all(manifests()))
     version = ["--kubernetes-version", kube_version] if kube_version else []
@@ -57,7 +65,7 @@ def test_the_cronjob_manifests_pass_kubernetes_validate_strict(kube_version: str
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert len(re.findall(r"^INFO .* passed for resource", result.stdout, re.M)) == 2, result.stdout
+    assert len(re.findall(r"^INFO .* passed for resource", result.stdout, re.M)) == 4, result.stdout
 
 
 def test_the_cronjob_container_runs_its_job_under_the_lock(server: LiveServer, tmp_path: Path) -> None:
@@ -80,3 +88,35 @@ def test_the_cronjob_container_runs_its_job_under_the_lock(server: LiveServer, t
     assert re.fullmatch(r"sending the nightly report, fencing token \d+\n", first.stdout), first.stdout
     second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert (second.returncode, second.stdout, second.stderr) == (0, "", "")  # held (--at-least 5m): skipped
+
+
+def test_the_init_container_cronjob_runs_its_job_with_the_go_binary(
+    server: LiveServer, go_binary: Path, tmp_path: Path
+) -> None:
+    """The CronJob for images without Python: an init container copies the Go binary out of the schedlock image
+    (where the Dockerfile puts it), and the job's container runs under it with its token from a file."""
+    pod = one("CronJob", "nightly-export")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    (container,) = pod["containers"]
+    assert init["image"].rsplit("/", 1)[-1].startswith("schedlock:")
+    source, target = init["command"][1:]
+    assert source == "/opt/schedlock-cli/schedlock"
+    assert "COPY --from=binary /schedlock /opt/schedlock-cli/schedlock" in DOCKERFILE.read_text()
+    shared = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    assert {m["name"]: m["mountPath"] for m in container["volumeMounts"]}["schedlock"] == shared["schedlock"]
+    assert container["command"] == [target] and not container["image"].rsplit("/", 1)[-1].startswith("schedlock")
+
+    script = tmp_path / "export.sh"
+    script.write_text(one("ConfigMap", "nightly-export")["data"]["export.sh"])
+    token = tmp_path / "token"
+    token.write_text("unused: this server requires no token\n")
+    local = {target: str(go_binary), "/jobs/export.sh": str(script)}
+    argv = [local.get(arg, arg) for arg in [*container["command"], *container["args"]]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
+    variables = {e["name"]: e["value"] for e in container["env"]}
+    assert set(variables) == {"SCHEDLOCK_URL", "SCHEDLOCK_TOKEN_FILE"}
+    env.update(SCHEDLOCK_URL=server.url, SCHEDLOCK_TOKEN_FILE=str(token))
+
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert first.returncode == 0, first.stderr
+    assert re.fullmatch(r"exporting, fencing token \d+\n", first.stdout), first.stdout

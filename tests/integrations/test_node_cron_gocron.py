@@ -1,4 +1,4 @@
-"""node-cron v4 and gocron v2 on schedlock (integrations/node-cron, integrations/gocron): the real schedulers, as
+"""node-cron v4 and gocron v2 on schedlock (integrations/node-cron, integrations/go/gocron): the real schedulers, as
 separate processes on seconds-level schedules, against a live server.
 
 Each tick of a job runs on one scheduler only; a run that fails leaves its tick open, and a scheduler whose trigger
@@ -20,7 +20,7 @@ import pytest
 from tests.support.api import ts
 from tests.support.polyglot import node_command
 from tests.support.polyglot import row as lock_row
-from tests.support.schedulers_js_go import GOCRON, Example, Scheduler, build_gocron, build_node_cron, tool
+from tests.support.schedulers_js_go import GO_MODULE, Example, Scheduler, build_gocron, build_node_cron, tool
 from tests.support.servers import LiveServer, free_port
 
 pytestmark = pytest.mark.system  # npm ci, go build, and scheduler processes on real-time schedules
@@ -212,9 +212,9 @@ def test_the_node_cron_adapter_type_checks(node_cron_example: Example) -> None:
 def test_the_gocron_adapter_passes_go_vet_gofmt_and_its_go_test(gocron_example: Example) -> None:
     """go vet and gofmt over the module, and its go test: the witness that, when gocron calls Lock for a scheduled
     run, the job's next run is still that run's tick (what the slot is made of), and that RunNow has none."""
-    vet = tool(["go", "vet", "./..."], cwd=GOCRON)
+    vet = tool(["go", "vet", "./..."], cwd=GO_MODULE)
     assert vet.returncode == 0, vet.stdout + vet.stderr
-    gofmt = tool(["gofmt", "-l", "."], cwd=GOCRON)
+    gofmt = tool(["gofmt", "-l", "."], cwd=GO_MODULE)
     assert gofmt.returncode == 0 and gofmt.stdout == "", f"not gofmt-formatted: {gofmt.stdout}{gofmt.stderr}"
-    test = tool(["go", "test", "-count=1", "./..."], cwd=GOCRON)
+    test = tool(["go", "test", "-count=1", "./..."], cwd=GO_MODULE)
     assert test.returncode == 0, test.stdout + test.stderr

@@ -1,5 +1,5 @@
 """The node-cron and gocron adapters' example schedulers (integrations/node-cron/example.mjs,
-integrations/gocron/example/), built once and run as real scheduler processes against a live server.
+integrations/go/gocron/example/), built once and run as real scheduler processes against a live server.
 
 Each example prints one JSON object per line on stdout for what it does (ready, started, finished, failed, skipped,
 with the tick where it knows it); the adapter logs to stderr. A Scheduler process reads both as they come.
@@ -25,7 +25,8 @@ from tests.support.faketime import libfaketime
 from tests.support.polyglot import ROOT, build, require
 
 INTEGRATIONS = ROOT / "integrations"
-GOCRON = INTEGRATIONS / "gocron"
+#: The Go module: the client package, the schedlock command and the gocron adapter (integrations/go/gocron).
+GO_MODULE = INTEGRATIONS / "go"
 NODE_CRON_FILES = ["package.json", "package-lock.json", "index.mjs", "example.mjs", "tsconfig.json"]
 
 
@@ -41,12 +42,12 @@ def build_node_cron(folder: Path) -> float:
 
 
 def build_gocron(out: Path) -> float:
-    """integrations/gocron's example built into ``out``/example, with the module versions go.sum pins (Go's module
+    """integrations/go/gocron's example built into ``out``/example, with the module versions go.sum pins (Go's module
     and build caches are the user's own, so a second session builds from them); returns the seconds it took."""
     out.mkdir(parents=True, exist_ok=True)
     go = go_tool()
     started = time.monotonic()
-    build([go, "build", "-o", str(out / "example"), "./example"], cwd=GOCRON, env=go_env())
+    build([go, "build", "-o", str(out / "example"), "./gocron/example"], cwd=GO_MODULE, env=go_env())
     return time.monotonic() - started
 
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from schedlock._durations import DurationLike, format_duration, parse_duration
-from schedlock._exceptions import APIError, ServiceUnreachable, UnexpectedResponse, error_class
+from schedlock._exceptions import APIError, RequestRejected, ServiceUnreachable, UnexpectedResponse, error_class
 from schedlock._models import (
     Acquired,
     Extended,
@@ -38,6 +38,9 @@ T = TypeVar("T")
 
 ENV_URL = "SCHEDLOCK_URL"
 ENV_TOKEN = "SCHEDLOCK_TOKEN"
+#: A file holding the token (a Kubernetes projected service-account token, say): read at every request, so a
+#: rotated token is picked up. SCHEDLOCK_TOKEN, or a token given as an argument, wins over it.
+ENV_TOKEN_FILE = "SCHEDLOCK_TOKEN_FILE"
 DEFAULT_URL = "http://127.0.0.1:8000"
 #: Seconds for one request; a lock call that takes longer than this is treated as "service unavailable".
 DEFAULT_TIMEOUT = 10.0
@@ -48,13 +51,15 @@ RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
-    """Resolved client settings: arguments first, then ``SCHEDLOCK_URL`` / ``SCHEDLOCK_TOKEN``, then defaults."""
+    """Resolved client settings: arguments first, then ``SCHEDLOCK_URL`` / ``SCHEDLOCK_TOKEN`` /
+    ``SCHEDLOCK_TOKEN_FILE``, then defaults."""
 
     base_url: str
     token: str | None = field(repr=False)
     timeout: httpx.Timeout
     holder: str | None
     on_unavailable: OnUnavailable
+    token_file: str | None = None
 
     @classmethod
     def resolve(
@@ -66,19 +71,33 @@ class ClientConfig:
         on_unavailable: OnUnavailable | str,
     ) -> ClientConfig:
         url = base_url or os.environ.get(ENV_URL) or DEFAULT_URL
+        token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
         return cls(
             base_url=url.rstrip("/"),
-            token=token if token is not None else (os.environ.get(ENV_TOKEN) or None),
+            token=token,
             timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout or DEFAULT_TIMEOUT),
             holder=clean_holder(holder) if holder else None,
             on_unavailable=OnUnavailable(on_unavailable),
+            token_file=(os.environ.get(ENV_TOKEN_FILE) or None) if token is None else None,
         )
 
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"schedlock-python/{__version__}", "Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        token = self.token if self.token_file is None else _read_token_file(self.token_file)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         return headers
+
+
+def _read_token_file(path: str) -> str:
+    """The token in ``path``, read now (a rotated file is picked up at the next request). A file that cannot be read
+    is a configuration error, refused like a wrong token, never an outage (which --fail-open would run through)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read().strip()
+    except OSError as exc:
+        message = f"{ENV_TOKEN_FILE} {path}: cannot read the token: {exc.strerror or exc}"
+        raise RequestRejected(message, status=0, code="token_file_unreadable") from None
 
 
 @dataclass(frozen=True, slots=True)

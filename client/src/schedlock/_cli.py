@@ -40,6 +40,9 @@ environment:
   SCHEDLOCK_URL    the service (default http://127.0.0.1:8000); --url overrides
   SCHEDLOCK_TOKEN  API token, sent as "Authorization: Bearer"; --api-token overrides (prefer the variable:
                    arguments are visible to every user in `ps`)
+  SCHEDLOCK_TOKEN_FILE
+                   a file holding the API token, read at every request (a rotated token is picked up); used
+                   when neither --api-token nor SCHEDLOCK_TOKEN is given
 """
 
 RUN_DESCRIPTION = """\
@@ -202,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except APIError as exc:
         say(f"the lock service rejected the request: {exc}")
         return Exit.REJECTED
+    except ValueError as exc:  # a lock name the API cannot take (empty, or a "/" where none may be): bad arguments
+        say(str(exc))
+        return Exit.USAGE
     finally:
         client.close()
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
+
+	"github.com/schedlock/schedlock/integrations/go/schedlock"
 )
 
 // syncBuffer is a log destination the scheduler's goroutines and the test share.
@@ -62,7 +64,7 @@ func nowhere(t *testing.T) string {
 func TestTheTickIsTheScheduledTimeOfTheRunBeingLocked(t *testing.T) {
 	logs := &syncBuffer{}
 	locker := NewLocker(Options{
-		Client:   &Client{URL: nowhere(t)},
+		Client:   &schedlock.Client{URL: nowhere(t)},
 		FailOpen: true,
 		Logger:   slog.New(slog.NewJSONHandler(logs, nil)),
 	})

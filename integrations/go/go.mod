@@ -1,6 +1,6 @@
-module example.com/schedlock/gocron
+module github.com/schedlock/schedlock/integrations/go
 
-go 1.21.4
+go 1.22
 
 require (
 	github.com/go-co-op/gocron/v2 v2.21.2

@@ -15,7 +15,8 @@
 //
 // When schedlock cannot be asked, Lock logs an error and returns one: gocron skips the run (fail-closed) and calls
 // the job's AfterLockError listener. With Options.FailOpen the run goes ahead without a lock and a warning is logged.
-// Only the standard library's net/http besides gocron itself (and its uuid, which its listeners' signatures name).
+// Requests go through the schedlock package of this module (the standard library's net/http), besides gocron itself
+// (and its uuid, which its listeners' signatures name).
 package schedlockgocron
 
 import (
@@ -29,7 +30,23 @@ import (
 
 	"github.com/go-co-op/gocron/v2"
 	"github.com/google/uuid"
+
+	"github.com/schedlock/schedlock/integrations/go/schedlock"
 )
+
+// The errors Lock returns wrap these (errors.Is): the schedlock package's sentinels.
+var (
+	// ErrHeld: another holder has the lock; the run is skipped.
+	ErrHeld = schedlock.ErrHeld
+	// ErrDone: the tick was already completed; the run is skipped.
+	ErrDone = schedlock.ErrDone
+	// ErrUnavailable: the service could not be asked or did not answer; the lock's state is unknown.
+	ErrUnavailable = schedlock.ErrUnavailable
+)
+
+// APIError is a request the service rejected: 422 invalid_request (a bad job name as a lock name), 401
+// unauthorized, 403 forbidden, ... A configuration bug, never taken for a skip.
+type APIError = schedlock.APIError
 
 // How early a tick may look by this machine's clock and still be the run in progress: a timer never fires early,
 // but the wall clock may have been stepped back a little since gocron computed the tick. A RunNow this close before
@@ -38,11 +55,12 @@ const earlyTolerance = 100 * time.Millisecond
 
 // Options configure a Locker; the zero value works (the service from SCHEDLOCK_URL and SCHEDLOCK_TOKEN).
 type Options struct {
-	Client    *Client                     // the service; default FromEnv()
+	Client    *schedlock.Client           // the service; default FromEnv()
 	AtMostFor time.Duration               // lock_at_most_for: how long a dead holder blocks others; default 10 minutes
 	LockName  func(jobName string) string // the lock of a job; default the job's name
 	FailOpen  bool                        // run without a lock when schedlock cannot be asked; default false
 	Logger    *slog.Logger                // default slog.Default()
+	Holder    string                      // recorded in locked_by; default "gocron on HOST pid PID"
 }
 
 // Locker is gocron's Locker (gocron.WithDistributedLocker or gocron.WithDistributedJobLocker) on schedlock.
@@ -117,7 +135,9 @@ func (l *Locker) Tick(jobName string) string {
 func (l *Locker) Lock(ctx context.Context, jobName string) (gocron.Lock, error) {
 	name := l.opts.LockName(jobName)
 	slot := l.tick(jobName)
-	acquired, err := l.opts.Client.acquire(ctx, name, l.opts.AtMostFor, slot, l.opts.Client.holder())
+	acquired, err := l.opts.Client.Acquire(ctx, name, schedlock.AcquireRequest{
+		AtMostFor: l.opts.AtMostFor, Holder: l.holder(), Slot: slot,
+	})
 	log := l.opts.Logger.With("job", jobName, "lock", name, "tick", slot)
 	switch {
 	case errors.Is(err, ErrHeld), errors.Is(err, ErrDone):
@@ -189,16 +209,9 @@ func (h *lease) Unlock(ctx context.Context) error {
 	// The job's context ends with the scheduler; the release must still go out.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	var err error
-	for attempt := 1; attempt <= 3; attempt++ {
-		if err = l.opts.Client.release(ctx, h.name, h.token, completed); !errors.Is(err, ErrUnavailable) {
-			break
-		}
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-	}
-	var rejected *APIError
+	_, err := l.opts.Client.ReleaseRetrying(ctx, h.name, h.token, completed, nil)
 	switch {
-	case errors.As(err, &rejected) && rejected.Code == "not_holder":
+	case errors.Is(err, schedlock.ErrNotHolder):
 		l.opts.Logger.Warn("schedlock: the lock expired and was taken over before the run ended", "lock", h.name)
 		return nil
 	case err != nil:
@@ -214,7 +227,15 @@ type unlocked struct{}
 
 func (unlocked) Unlock(context.Context) error { return nil }
 
-// FromEnv is a Client for SCHEDLOCK_URL (default http://127.0.0.1:8000) and SCHEDLOCK_TOKEN.
-func FromEnv() *Client {
-	return &Client{URL: os.Getenv("SCHEDLOCK_URL"), Token: os.Getenv("SCHEDLOCK_TOKEN")}
+// FromEnv is a Client for SCHEDLOCK_URL (default http://127.0.0.1:8000), SCHEDLOCK_TOKEN and SCHEDLOCK_TOKEN_FILE
+// (a file holding the token, re-read at every request: a Kubernetes projected token, rotated, is picked up).
+func FromEnv() *schedlock.Client { return schedlock.FromEnv() }
+
+// holder is who the lock's locked_by names: Options.Holder, else "gocron on HOST pid PID".
+func (l *Locker) holder() string {
+	if l.opts.Holder != "" {
+		return l.opts.Holder
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("gocron on %s pid %d", host, os.Getpid())
 }

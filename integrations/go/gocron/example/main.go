@@ -17,7 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 
-	schedlockgocron "example.com/schedlock/gocron"
+	schedlockgocron "github.com/schedlock/schedlock/integrations/go/gocron"
 )
 
 func main() {
