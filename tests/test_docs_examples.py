@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth.tokens import parse_tokens
+from app.auth.config import parse_tokens
 from app.settings import Settings
 from tests.support.api import seconds
 from tests.support.apps import migrated_table
