@@ -104,7 +104,7 @@ class BindingEntry(Policy):
     def _check_prefixes(cls, prefixes: list[str]) -> list[str]:
         for prefix in prefixes:
             if prefix != ALL_NAMES and _PLACEHOLDER.search(prefix):
-                if not _PLACEHOLDER.sub("x", prefix).strip():
+                if not _PLACEHOLDER.sub("", prefix):
                     raise ValueError(f"{prefix!r} is only a claim: give it a fixed part too")
                 check_prefix(_PLACEHOLDER.sub("x", prefix))
             else:

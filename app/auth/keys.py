@@ -117,8 +117,8 @@ class KeySet:
             return found
         now = self._clock()
         stale = self._fetched_at is None or now - self._fetched_at > self.entry.refresh_interval
-        if (not found or stale) and self._may_fetch(now):
-            await self._refresh()
+        if (not found or stale) and (self._may_fetch(now) or self._lock.locked()):
+            await self._refresh()  # or wait for the fetch in flight
             found = self._matching(kid, family)
         if not found and self._fetched_at is None:
             raise IssuerUnavailable(f"the keys of issuer {self.entry.name!r} cannot be fetched now; retry later")
