@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 ENV_URL = "SCHEDLOCK_URL"
 ENV_TOKEN = "SCHEDLOCK_TOKEN"
+ENV_TOKEN_FILE = "SCHEDLOCK_TOKEN_FILE"
 DEFAULT_URL = "http://127.0.0.1:8000"
 #: Seconds for one request; a lock call that takes longer than this is treated as "service unavailable".
 DEFAULT_TIMEOUT = 10.0
@@ -46,15 +47,42 @@ DEFAULT_TIMEOUT = 10.0
 RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)
 
 
+class TokenFile:
+    """A bearer token kept in a file its platform rotates (``SCHEDLOCK_TOKEN_FILE``: a Kubernetes projected
+    service-account token, a CI job's OIDC token): read at once, and read again whenever the file changes (its
+    mtime, size or inode: a projected volume swaps a symlink), so every request sends the current token. A file that
+    cannot be read after a good read keeps the last token rather than sending none."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._state: tuple[int, int, int] | None = None
+        self._token = ""
+        self.read()  # a missing or unreadable file raises OSError here, when the client is made
+
+    def read(self) -> str:
+        try:
+            st = os.stat(self.path)
+            if (st.st_mtime_ns, st.st_size, st.st_ino) != self._state:
+                with open(self.path, encoding="utf-8") as file:
+                    self._token = file.read().strip()
+                self._state = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            if self._state is None:
+                raise
+        return self._token
+
+
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
-    """Resolved client settings: arguments first, then ``SCHEDLOCK_URL`` / ``SCHEDLOCK_TOKEN``, then defaults."""
+    """Resolved client settings: arguments first, then ``SCHEDLOCK_URL`` / ``SCHEDLOCK_TOKEN`` /
+    ``SCHEDLOCK_TOKEN_FILE``, then defaults."""
 
     base_url: str
     token: str | None = field(repr=False)
     timeout: httpx.Timeout
     holder: str | None
     on_unavailable: OnUnavailable
+    token_file: TokenFile | None = field(default=None, repr=False)
 
     @classmethod
     def resolve(
@@ -66,18 +94,22 @@ class ClientConfig:
         on_unavailable: OnUnavailable | str,
     ) -> ClientConfig:
         url = base_url or os.environ.get(ENV_URL) or DEFAULT_URL
+        token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
+        token_file = os.environ.get(ENV_TOKEN_FILE)
         return cls(
             base_url=url.rstrip("/"),
-            token=token if token is not None else (os.environ.get(ENV_TOKEN) or None),
+            token=token,
             timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout or DEFAULT_TIMEOUT),
             holder=clean_holder(holder) if holder else None,
             on_unavailable=OnUnavailable(on_unavailable),
+            token_file=TokenFile(token_file) if token is None and token_file else None,
         )
 
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"schedlock-python/{__version__}", "Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        token = self.token or (self.token_file.read() if self.token_file is not None else None)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         return headers
 
 

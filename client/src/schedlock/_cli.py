@@ -40,6 +40,8 @@ environment:
   SCHEDLOCK_URL    the service (default http://127.0.0.1:8000); --url overrides
   SCHEDLOCK_TOKEN  API token, sent as "Authorization: Bearer"; --api-token overrides (prefer the variable:
                    arguments are visible to every user in `ps`)
+  SCHEDLOCK_TOKEN_FILE  a file holding the token (a Kubernetes projected service-account token), read again
+                   whenever it changes; used when neither of the above is given
 """
 
 RUN_DESCRIPTION = """\
