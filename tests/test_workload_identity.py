@@ -47,6 +47,14 @@ LIMITED = {
     "rate": 1,
     "burst": 3,
 }
+#: The ops namespace's accounts may force-release billing's locks.
+OPS = {
+    "issuer": "cluster",
+    "claims": {"kubernetes.io.namespace": "ops"},
+    "prefixes": ["billing."],
+    "access": "read-write",
+    "admin": True,
+}
 ADMIN_SECRET = "ops-secret-" + "o" * 40
 ADMIN = {"name": "ops", "sha256": hash_secret(ADMIN_SECRET), "prefixes": ["*"], "access": "read-write", "admin": True}
 
@@ -59,7 +67,7 @@ def issuer() -> Iterator[Issuer]:
 
 @pytest.fixture(scope="module")
 async def pair(settings: Settings, issuer: Issuer) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    config = issuer_config(issuer, [LIMITED, PER_NAMESPACE], tokens=[ADMIN], refetch_interval=3600)
+    config = issuer_config(issuer, [OPS, LIMITED, PER_NAMESPACE], tokens=[ADMIN], refetch_interval=3600)
     async with in_process(settings.model_copy(update={"tokens": config})) as running:
         yield running
 
@@ -290,6 +298,37 @@ def jwt_without_kid(issuer: Issuer, key: SigningKey) -> str:
     import jwt
 
     return jwt.encode(issuer.claims(), key.private, algorithm=key.algorithm)
+
+
+# --- audit ---------------------------------------------------------------------------------------------------------
+
+
+async def test_job_changes_and_force_release_are_logged_and_recorded_with_the_principal(
+    api: httpx.AsyncClient, issuer: Issuer, tag: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    pod, ops = issuer.token(), issuer.token(issuer.claims(namespace="ops", account="oncall"))
+    name = f"billing.{tag}"
+    with caplog.at_level(logging.INFO, logger="schedlock.audit"):
+        put = await api.put(f"/v1/jobs/{name}", json={"schedule": "0 3 * * *"}, headers=bearer(pod))
+        assert put.status_code == 200 and put.json()["changed_by"] == "system:serviceaccount:billing:cron"
+        paused = await api.post(f"/v1/jobs/{name}/pause", headers=bearer(ops))
+        assert paused.status_code == 200 and paused.json()["changed_by"] == "system:serviceaccount:ops:oncall"
+        resumed = await api.post(f"/v1/jobs/{name}/resume", headers=bearer(pod))
+        assert resumed.json()["changed_by"] == "system:serviceaccount:billing:cron"
+        await api.post(f"/v1/locks/{name}/acquire", json=ACQUIRE, headers=bearer(pod))
+        forced = await api.post(f"/v1/locks/{name}/force-release", json={"reason": "stuck"}, headers=bearer(ops))
+        assert forced.status_code == 200 and forced.json()["run"]["forced_by"] == "system:serviceaccount:ops:oncall"
+        assert (await api.delete(f"/v1/jobs/{name}", headers=bearer(ops))).status_code == 204
+    audit = [r for r in caplog.records if r.name == "schedlock.audit"]
+    lines = [getattr(r, "fields", {}) for r in audit]
+    assert [(f.get("action"), f["by"], f["issuer"]) for f in lines] == [
+        ("job_put", "system:serviceaccount:billing:cron", "cluster"),
+        ("job_pause", "system:serviceaccount:ops:oncall", "cluster"),
+        ("job_resume", "system:serviceaccount:billing:cron", "cluster"),
+        (None, "system:serviceaccount:ops:oncall", "cluster"),  # force-release's line
+        ("job_delete", "system:serviceaccount:ops:oncall", "cluster"),
+    ]
+    assert "force-release" in audit[3].getMessage()
 
 
 # --- quotas ------------------------------------------------------------------------------------------------------
