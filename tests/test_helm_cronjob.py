@@ -1,6 +1,7 @@
 """The CronJob of helm/schedlock/README.md: its manifests pass kubernetes-validate --strict, and its container's
 command line (`schedlock run ... -- python /jobs/report.py`, the script from its ConfigMap) runs against a live
-server: the first run does the job, a second one right after skips it quietly."""
+server that trusts a kube-apiserver-shaped issuer with the chart's default binding, the pod's projected token in the
+file the CronJob names: the first run does the job, a second one right after skips it quietly."""
 
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from tests.support.apps import migrated_table
 from tests.support.cli import SCHEDLOCK
 from tests.support.helm import KUBE_VERSIONS
+from tests.support.issuer import AUDIENCE, Issuer, issuer_config, serving
 from tests.support.servers import LiveServer, start_server, stop_server
 
 pytestmark = pytest.mark.system  # kubernetes-validate, and the CronJob command against a server process
 
 README = Path(__file__).parent.parent / "helm" / "schedlock" / "README.md"
+CHART_VALUES = README.with_name("values.yaml")
 
 
 def manifests() -> list[dict[str, Any]]:
@@ -36,10 +40,18 @@ def one(kind: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def server(database_url: str) -> Iterator[LiveServer]:
-    """A server on a table of its own: "nightly-report" is a name other tests' examples take too."""
+def issuer() -> Iterator[Issuer]:
+    with serving() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(database_url: str, issuer: Issuer) -> Iterator[LiveServer]:
+    """A server on a table of its own, trusting ``issuer`` with the chart's default bindings."""
+    bindings = yaml.safe_load(CHART_VALUES.read_text())["auth"]["workloadIdentity"]["bindings"]
+    config = issuer_config(issuer, [{"issuer": "cluster", **b} for b in bindings])
     with migrated_table(database_url, "test_cronjob") as settings:
-        started = start_server(settings)
+        started = start_server(settings, {"SCHEDLOCK_TOKENS": config})
         yield started
         stop_server(started)
 
@@ -60,8 +72,9 @@ def test_the_cronjob_manifests_pass_kubernetes_validate_strict(kube_version: str
     assert len(re.findall(r"^INFO .* passed for resource", result.stdout, re.M)) == 2, result.stdout
 
 
-def test_the_cronjob_container_runs_its_job_under_the_lock(server: LiveServer, tmp_path: Path) -> None:
-    pod = one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+def test_the_cronjob_container_runs_its_job_under_the_lock(server: LiveServer, issuer: Issuer, tmp_path: Path) -> None:
+    cronjob = one("CronJob")
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"].rsplit("/", 1)[-1].startswith("schedlock:")
     script = tmp_path / "report.py"
@@ -70,13 +83,25 @@ def test_the_cronjob_container_runs_its_job_under_the_lock(server: LiveServer, t
     local = {"schedlock": SCHEDLOCK, "python": sys.executable, f"{mount}/report.py": str(script)}
     argv = [local.get(arg, arg) for arg in [*container["command"], *container["args"]]]
     assert argv[:2] == [SCHEDLOCK, "run"] and str(script) in argv
-    env_names = {e["name"] for e in container["env"]}
-    assert env_names == {"SCHEDLOCK_URL", "SCHEDLOCK_TOKEN"}
+    env_values = {e["name"]: e.get("value") for e in container["env"]}
+    assert set(env_values) == {"SCHEDLOCK_URL", "SCHEDLOCK_TOKEN_FILE"}
+    # The projected token: audience schedlock, in the file the variable names; here a token shaped as the kubelet's.
+    (projected,) = [v["projected"] for v in pod["volumes"] if "projected" in v]
+    (source,) = projected["sources"]
+    assert source["serviceAccountToken"]["audience"] == AUDIENCE
+    token_dir = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "schedlock-token")
+    assert env_values["SCHEDLOCK_TOKEN_FILE"] == f"{token_dir}/{source['serviceAccountToken']['path']}"
+    token_file = tmp_path / "token"
+    token_file.write_text(issuer.token(issuer.claims(namespace=cronjob["metadata"]["namespace"], account="default")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCHEDLOCK_")}
-    env["SCHEDLOCK_URL"] = server.url  # the cluster's Service, here; this server requires no token
+    env["SCHEDLOCK_URL"] = server.url  # the cluster's Service, here
+    env["SCHEDLOCK_TOKEN_FILE"] = str(token_file)
 
     first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert first.returncode == 0, first.stderr
     assert re.fullmatch(r"sending the nightly report, fencing token \d+\n", first.stdout), first.stdout
     second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert (second.returncode, second.stdout, second.stderr) == (0, "", "")  # held (--at-least 5m): skipped
+    lock = argv[argv.index("--name") + 1]
+    held = httpx.get(f"{server.url}/v1/locks/{lock}", headers={"Authorization": f"Bearer {token_file.read_text()}"})
+    assert " via system:serviceaccount:reports:default lease " in held.json()["locked_by"]

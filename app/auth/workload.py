@@ -70,6 +70,7 @@ class WorkloadIdentity:
         bindings: Iterable[BindingEntry],
         previous: WorkloadIdentity | None = None,
         clock: Callable[[], float] = time.time,
+        cache_size: int = CACHE_SIZE,
     ) -> None:
         kept = {ks.entry: ks for ks in previous.keys.values()} if previous is not None else {}
         self.keys: dict[str, KeySet] = {e.issuer: kept.get(e) or KeySet(e) for e in issuers}
@@ -79,6 +80,7 @@ class WorkloadIdentity:
             self._bindings.setdefault(names[binding.issuer], []).append(binding)
         self._clock = clock
         self._cache: dict[bytes, tuple[Principal, float]] = {}
+        self._cache_size = cache_size
 
     async def principal(self, token: str, digest: bytes) -> Principal:
         """The principal of a JWT (``digest``: its SHA-256, the cache's key); raises Unauthorized, or
@@ -95,9 +97,10 @@ class WorkloadIdentity:
                 extra={"fields": {"reason": refused.reason, "detail": str(refused)}},
             )
             raise Unauthorized("invalid token: refused (the server's log says why, by this request's id)") from None
-        if len(self._cache) >= CACHE_SIZE:
+        if len(self._cache) >= self._cache_size:
             self._cache.clear()
-        self._cache[digest] = (principal, exp)
+        if self._cache_size:
+            self._cache[digest] = (principal, exp)
         return principal
 
     async def _verify(self, token: str) -> tuple[Principal, float]:
