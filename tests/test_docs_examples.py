@@ -9,8 +9,8 @@
   that shows output shows all of it, in order.
 - ```java, ```go and ```js blocks must be verbatim excerpts of files the suite builds and runs: examples/, the ShedLock
   provider in integrations/ and the programs that run it in tests/integrations/java/.
-- ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
-  logs; ```promql may name only metrics the server exports; ```text is prose in a box.
+- ```toml and ```json token configurations (tokens, issuers, bindings) must load; a ```json log line must have
+  exactly the fields the server logs; ```promql may name only metrics the server exports; ```text is prose in a box.
 
 Each page's examples run in the page's order against a server on a table of the page's own, so their outputs depend
 neither on what other tests did nor on the order pytest runs the pages in.
@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth.config import parse_tokens
+from app.auth.config import parse_config
 from app.settings import Settings
 from tests.support.api import seconds
 from tests.support.apps import migrated_table
@@ -263,7 +263,8 @@ def test_quoted_snippets_are_excerpts_of_the_examples() -> None:
     "block", blocks("toml") + [b for b in blocks("json") if '"tokens"' in b.code], ids=lambda b: b.id
 )
 def test_token_configuration_loads(block: Block) -> None:
-    assert parse_tokens(block.code, block.id)
+    config = parse_config(block.code, block.id)
+    assert config.tokens or config.issuers
 
 
 def test_json_blocks_are_token_configurations_or_log_lines(docs_server: tuple[LiveServer, Settings]) -> None:

@@ -436,6 +436,14 @@ def test_workload_identity_trusts_the_clusters_issuer_with_the_servers_own_token
     assert [(b.prefixes, b.access) for b in only] == [(["{kubernetes.io.namespace}."], "read-write")]
 
 
+def test_the_workload_identity_values_of_docs_deploy_md_render() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "deploy.md").read_text()
+    (block,) = re.findall(r"^```yaml\n(# values-identity.yaml.*?)^```$", text, re.M | re.S)
+    objects = render({**values("default"), **yaml.safe_load(block)})
+    parsed = parse_config(one(objects, "ConfigMap", FULLNAME)["data"]["SCHEDLOCK_TOKENS"], "docs/deploy.md")
+    assert [b.admin for b in parsed.bindings] == [True, False] and parsed.bindings[1].quota is not None
+
+
 def test_notes_tell_how_to_reach_the_api_and_docs() -> None:
     with helm.Chart.load(CHART) as chart:
         notes = chart.render(values=values("all-enabled"), name=RELEASE, namespace=NAMESPACE)[

@@ -34,6 +34,14 @@ def manifests() -> list[dict[str, Any]]:
     return [doc for block in blocks for doc in yaml.safe_load_all(block) if doc]
 
 
+def deployment_of_docs_auth_md() -> dict[str, Any]:
+    """The app Deployment of docs/auth.md ("Kubernetes"): a projected token for schedlock."""
+    text = (README.parents[2] / "docs" / "auth.md").read_text()
+    (block,) = re.findall(r"^```yaml\n(.*?)^```$", text, re.M | re.S)
+    found: dict[str, Any] = yaml.safe_load(block)
+    return found
+
+
 def one(kind: str) -> dict[str, Any]:
     (found,) = [m for m in manifests() if m["kind"] == kind]
     return found
@@ -60,7 +68,7 @@ def server(database_url: str, issuer: Issuer) -> Iterator[LiveServer]:
 def test_the_cronjob_manifests_pass_kubernetes_validate_strict(kube_version: str | None, tmp_path: Path) -> None:
     assert {m["kind"] for m in manifests()} == {"ConfigMap", "CronJob"}
     manifest = tmp_path / "cronjob.yaml"
-    manifest.write_text(yaml.safe_dump_all(manifests()))
+    manifest.write_text(yaml.safe_dump_all([*manifests(), deployment_of_docs_auth_md()]))
     version = ["--kubernetes-version", kube_version] if kube_version else []
     result = subprocess.run(
         [sys.executable, "-m", "kubernetes_validate", "--strict", *version, str(manifest)],
@@ -69,7 +77,9 @@ def test_the_cronjob_manifests_pass_kubernetes_validate_strict(kube_version: str
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert len(re.findall(r"^INFO .* passed for resource", result.stdout, re.M)) == 2, result.stdout
+    assert len(re.findall(r"^INFO .* passed for resource", result.stdout, re.M)) == 3, result.stdout
+    (source,) = deployment_of_docs_auth_md()["spec"]["template"]["spec"]["volumes"][0]["projected"]["sources"]
+    assert source["serviceAccountToken"]["audience"] == AUDIENCE
 
 
 def test_the_cronjob_container_runs_its_job_under_the_lock(server: LiveServer, issuer: Issuer, tmp_path: Path) -> None:

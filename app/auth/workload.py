@@ -104,11 +104,11 @@ class WorkloadIdentity:
         return principal
 
     async def _verify(self, token: str) -> tuple[Principal, float]:
-        try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
+        try:  # one parse for the header and the claims (PyJWT's base64url check is Python code, per character)
+            unverified_token = jwt.decode_complete(token, options={"verify_signature": False})
         except jwt.PyJWTError:
             raise Refused("malformed") from None
+        header, unverified = unverified_token["header"], unverified_token["payload"]
         algorithm, kid, iss = header.get("alg"), header.get("kid"), unverified.get("iss")
         if not isinstance(algorithm, str) or algorithm not in _ASYMMETRIC:
             raise Refused("algorithm_refused", f"alg {str(algorithm)[:20]!r}")
