@@ -64,7 +64,9 @@ class Issuer:
             self.keys = [key, *self.keys] if keep_old else [key]
         return key
 
-    def claims(self, namespace: str = "billing", account: str = "cron", lifetime: float = 3600, **extra: Any) -> dict:
+    def claims(
+        self, namespace: str = "billing", account: str = "cron", lifetime: float = 3600, **extra: Any
+    ) -> dict[str, Any]:
         """What kube-apiserver puts in a projected service-account token for a pod."""
         now = int(time.time())
         return {
