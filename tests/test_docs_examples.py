@@ -75,7 +75,8 @@ OUTPUT = re.compile(r"#\s→\s?(.*)$")
 #: quoted code is the tested code.
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
 #: ```sql and ```yaml (docs/high-availability.md's table setting, role and CloudNativePG Cluster): tests/test_docs_ha.py
-#: and tests/test_patroni.py.
+#: and tests/test_patroni.py; the workload identity yaml of docs/deploy.md and docs/auth.md: tests/test_helm.py and
+#: tests/test_helm_cronjob.py.
 KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
 #: Where the quoted files are: each is built and run by the suite (tests/polyglot/, tests/integrations/).
 QUOTED_ROOTS = [ROOT / "examples", ROOT / "integrations", ROOT / "tests" / "integrations" / "java"]
