@@ -434,6 +434,12 @@ def test_workload_identity_trusts_the_clusters_issuer_with_the_servers_own_token
     defaults = render({**values("workload-identity"), "auth": {"workloadIdentity": {"enabled": True}}})
     only = parse_config(one(defaults, "ConfigMap", FULLNAME)["data"]["SCHEDLOCK_TOKENS"], "defaults").bindings
     assert [(b.prefixes, b.access) for b in only] == [(["{kubernetes.io.namespace}."], "read-write")]
+    # an egress policy lets the pods reach the API server for the keys, only with workload identity on
+    fenced = {"networkPolicy": {"enabled": True, "egress": {"enabled": True}}}
+    for vals, reaches in ((values("workload-identity"), True), (values("default"), False)):
+        policy = one(render({**vals, **fenced}), "NetworkPolicy")
+        ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+        assert (6443 in ports and 443 in ports) is reaches
 
 
 def test_the_workload_identity_values_of_docs_deploy_md_render() -> None:
