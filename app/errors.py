@@ -19,7 +19,7 @@ class SchedlockError(Exception):
 
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
-    headers: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    headers: Mapping[str, str] = MappingProxyType({})  # a class's own, or an instance's (RateLimited)
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -129,6 +129,26 @@ class Unauthorized(SchedlockError):
     headers = MappingProxyType({"WWW-Authenticate": 'Bearer realm="schedlock"'})
 
 
+class IssuerUnavailable(SchedlockError):
+    """A JWT names a trusted issuer whose keys cannot be had: never fetched, and the issuer does not answer now.
+    (Once fetched, its keys stay in use while it is down.)"""
+
+    status = 503
+    code = "issuer_unavailable"
+    headers = MappingProxyType({"Retry-After": "5"})
+
+
+class RateLimited(SchedlockError):
+    """The caller is over its quota (docs/auth.md, "Quotas"); ``Retry-After`` says when a request passes again."""
+
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.headers = MappingProxyType({"Retry-After": str(retry_after)})
+
+
 class Forbidden(SchedlockError):
     """A known token used on a name outside its prefixes, or a read-only token trying to write."""
 
@@ -176,6 +196,8 @@ ERROR_CODES: dict[str, int] = {
         JobNotFound,
         StorageUnavailable,
         Unauthorized,
+        IssuerUnavailable,
+        RateLimited,
         Forbidden,
         PayloadTooLarge,
         UnsupportedMediaType,

@@ -86,6 +86,7 @@ def create_app(
     settings = settings or Settings()
     metrics = Metrics(shared=multiprocess.worker_dir())
     authenticator = authenticator or Authenticator(settings)
+    authenticator.count_rate_limited(metrics.count_rate_limited)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

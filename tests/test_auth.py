@@ -20,8 +20,9 @@ import pytest
 from fastapi import FastAPI
 
 from app.auth.authenticator import Authenticator
+from app.auth.config import parse_tokens
 from app.auth.exposure import is_loopback
-from app.auth.tokens import TokenConfigError, hash_secret, parse_tokens
+from app.auth.tokens import TokenConfigError, hash_secret
 from app.errors import Unauthorized
 from app.main import create_app
 from app.settings import Settings
@@ -119,8 +120,8 @@ _GOOD = SECRETS["billing"]
     [f"Bearer {_GOOD}", f"bearer {_GOOD}", f"BEARER {_GOOD}", f"Bearer   {_GOOD}", f" Bearer {_GOOD}\t"],
     ids=["canonical", "lower", "upper", "spaces", "field-whitespace"],
 )
-def test_the_bearer_grammar_accepts_rfc_6750_credentials(header: str) -> None:
-    assert Authenticator(Settings(tokens=token_config())).authenticate(header).name == "billing-cron"
+async def test_the_bearer_grammar_accepts_rfc_6750_credentials(header: str) -> None:
+    assert (await Authenticator(Settings(tokens=token_config())).authenticate(header)).name == "billing-cron"
 
 
 @pytest.mark.parametrize(
@@ -141,9 +142,9 @@ def test_the_bearer_grammar_accepts_rfc_6750_credentials(header: str) -> None:
     ],
     ids=repr,
 )
-def test_the_bearer_grammar_refuses_anything_else(header: str) -> None:
+async def test_the_bearer_grammar_refuses_anything_else(header: str) -> None:
     with pytest.raises(Unauthorized, match="malformed"):
-        Authenticator(Settings(tokens=token_config())).authenticate(header)
+        await Authenticator(Settings(tokens=token_config())).authenticate(header)
 
 
 @pytest.mark.parametrize("space", ["\u00a0", "\u0085"], ids=["nbsp", "nel"])
@@ -277,7 +278,7 @@ async def test_listing_shows_only_names_in_scope(api: httpx.AsyncClient, tag: st
 # --- configuration -------------------------------------------------------------------------------------------
 
 
-def test_toml_and_json_configurations_are_the_same() -> None:
+async def test_toml_and_json_configurations_are_the_same() -> None:
     digest = hash_secret(SECRETS["billing"])
     toml_text = f"""
 [[tokens]]
@@ -291,7 +292,7 @@ access = "read-write"
     )
     for text in (toml_text, json_text):
         auth = Authenticator(Settings(tokens=text))
-        principal = auth.authenticate(f"Bearer {SECRETS['billing']}")
+        principal = await auth.authenticate(f"Bearer {SECRETS['billing']}")
         assert principal.name == "billing-cron" and principal.can_write
         assert principal.prefixes == ("billing.",)  # billing.eu. is covered by billing.
 
@@ -330,7 +331,7 @@ def test_duplicate_names_and_secrets_are_refused() -> None:
         Authenticator(Settings(tokens_file=Path("/nonexistent/tokens.toml")))
 
 
-def test_file_and_inline_tokens_combine(tmp_path: Path) -> None:
+async def test_file_and_inline_tokens_combine(tmp_path: Path) -> None:
     file = tmp_path / "tokens.json"
     file.write_text(token_config())
     inline = json.dumps(
@@ -338,8 +339,8 @@ def test_file_and_inline_tokens_combine(tmp_path: Path) -> None:
     )
     auth = Authenticator(Settings(tokens_file=file, tokens=inline))
     assert auth.token_count == 4
-    assert auth.authenticate("bearer " + "e" * 43).name == "extra"  # the scheme is case-insensitive
-    assert auth.authenticate(f"Bearer {SECRETS['ops']}").name == "ops"
+    assert (await auth.authenticate("bearer " + "e" * 43)).name == "extra"  # the scheme is case-insensitive
+    assert (await auth.authenticate(f"Bearer {SECRETS['ops']}")).name == "ops"
 
 
 async def test_tokens_file_is_reloaded_without_restart(
@@ -395,7 +396,7 @@ def cli(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> subpr
     )
 
 
-def test_new_token_and_hash_token(tmp_path: Path) -> None:
+async def test_new_token_and_hash_token(tmp_path: Path) -> None:
     made = cli("new-token", "deploy-bot", "--prefix", "deploy.", "--prefix", "ci.", "--read-only")
     assert made.returncode == 0, made.stderr
     secret = made.stdout.strip()
@@ -407,7 +408,7 @@ def test_new_token_and_hash_token(tmp_path: Path) -> None:
         "prefixes": ["deploy.", "ci."],
         "access": "read",
     }
-    principal = Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {secret}")
+    principal = await Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {secret}")
     assert principal.name == "deploy-bot" and not principal.can_write
 
     hashed = cli("hash-token", stdin=secret + "\n")

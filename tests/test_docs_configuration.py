@@ -24,6 +24,7 @@ PAGES = [
 OTHER_VARIABLES = {
     "SCHEDLOCK_URL": "client/src/schedlock/_base.py",
     "SCHEDLOCK_TOKEN": "client/src/schedlock/_base.py",
+    "SCHEDLOCK_TOKEN_FILE": "client/src/schedlock/_base.py",
     "SCHEDLOCK_LOCK_NAME": "client/src/schedlock/_run.py",
     "SCHEDLOCK_FENCING_TOKEN": "client/src/schedlock/_run.py",
     "SCHEDLOCK_SLOT": "client/src/schedlock/_run.py",

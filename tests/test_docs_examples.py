@@ -9,9 +9,9 @@
   that shows output shows all of it, in order.
 - ```java, ```go and ```js blocks must be verbatim excerpts of files the suite builds and runs: examples/, the ShedLock
   provider in integrations/ and the programs that run it in tests/integrations/java/.
-- ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
-  logs (docs/cli.md's ```json are the CLI's output shapes, which tests/cli_conformance checks); ```promql may name
-  only metrics the server exports; ```text is prose in a box.
+- ```toml and ```json token configurations (tokens, issuers, bindings) must load; a ```json log line must have
+  exactly the fields the server logs (docs/cli.md's ```json are the CLI's output shapes, which tests/cli_conformance
+  checks); ```promql may name only metrics the server exports; ```text is prose in a box.
 
 Each page's examples run in the page's order against a server on a table of the page's own, so their outputs depend
 neither on what other tests did nor on the order pytest runs the pages in.
@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.auth.tokens import parse_tokens
+from app.auth.config import parse_config
 from app.settings import Settings
 from tests.support.api import seconds
 from tests.support.apps import migrated_table
@@ -76,7 +76,8 @@ OUTPUT = re.compile(r"#\s→\s?(.*)$")
 #: quoted code is the tested code.
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
 #: ```sql and ```yaml (docs/high-availability.md's table setting, role and CloudNativePG Cluster): tests/test_docs_ha.py
-#: and tests/test_patroni.py.
+#: and tests/test_patroni.py; the workload identity yaml of docs/deploy.md and docs/auth.md: tests/test_helm.py and
+#: tests/test_helm_cronjob.py.
 KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
 #: Where the quoted files are: each is built and run by the suite (tests/polyglot/, tests/integrations/).
 QUOTED_ROOTS = [ROOT / "examples", ROOT / "integrations", ROOT / "tests" / "integrations" / "java"]
@@ -264,7 +265,8 @@ def test_quoted_snippets_are_excerpts_of_the_examples() -> None:
     "block", blocks("toml") + [b for b in blocks("json") if '"tokens"' in b.code], ids=lambda b: b.id
 )
 def test_token_configuration_loads(block: Block) -> None:
-    assert parse_tokens(block.code, block.id)
+    config = parse_config(block.code, block.id)
+    assert config.tokens or config.issuers
 
 
 def test_json_blocks_are_token_configurations_or_log_lines(docs_server: tuple[LiveServer, Settings]) -> None:

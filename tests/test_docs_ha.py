@@ -67,9 +67,19 @@ def test_the_helm_command_renders_what_the_page_says() -> None:
     assert next(v for v in pod["volumes"] if v["name"] == "tokens")["secret"]["secretName"] == FULLNAME
 
 
+#: Other pages with ```yaml blocks, and the test that checks them (workload identity's values and Deployment).
+YAML_CHECKED_ELSEWHERE = {"deploy.md": "tests/test_helm.py", "auth.md": "tests/test_helm_cronjob.py"}
+
+
 def test_sql_and_yaml_blocks_appear_only_on_this_page() -> None:
-    """tests/test_docs_examples.py counts ```sql and ```yaml as checked: here, for this page only."""
+    """tests/test_docs_examples.py counts ```sql and ```yaml as checked: here, for this page only (and the yaml of
+    the pages YAML_CHECKED_ELSEWHERE names, by their own tests)."""
     root = PAGE.parent.parent
     for page in [root / "README.md", *(root / "docs").glob("*.md"), root / "client" / "README.md"]:
-        if page != PAGE:
-            assert not re.search(r"^```(sql|yaml)$", page.read_text(), re.M), page
+        if page == PAGE:
+            continue
+        checked = YAML_CHECKED_ELSEWHERE.get(page.name) if page.parent.name == "docs" else None
+        languages = "sql" if checked else "sql|yaml"
+        assert not re.search(rf"^```({languages})$", page.read_text(), re.M), page
+        if checked:
+            assert page.name in (root / checked).read_text(), f"{checked} no longer checks {page.name}"

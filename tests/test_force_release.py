@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from app.auth.authenticator import Authenticator
-from app.auth.tokens import TokenConfigError, parse_tokens
+from app.auth.config import parse_tokens
+from app.auth.tokens import TokenConfigError
 from app.settings import Settings
 from tests.support.api import acquire, extend, release, seconds
 from tests.support.apps import in_process
@@ -199,7 +200,7 @@ async def test_force_release_racing_release_and_takeover(client: httpx.AsyncClie
     assert sum(r["source"] == "api" for r in runs) == 15
 
 
-def test_new_token_makes_admin_tokens() -> None:
+async def test_new_token_makes_admin_tokens() -> None:
     def new_token(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "app", "new-token", "ops", "--prefix", "fr.", *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
@@ -207,7 +208,7 @@ def test_new_token_makes_admin_tokens() -> None:
     made = new_token("--admin")
     assert made.returncode == 0, made.stderr
     assert tomllib.loads(made.stderr)["tokens"][0]["admin"] is True
-    principal = Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {made.stdout.strip()}")
+    principal = await Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {made.stdout.strip()}")
     assert principal.is_admin and principal.prefixes == ("fr.",)
     as_json = new_token("--admin", "--format", "json")
     assert json.loads(as_json.stderr)["admin"] is True

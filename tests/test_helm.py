@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
+from app.auth.config import parse_config
 from tests.support.helm import (
     CHART,
     FULLNAME,
@@ -51,7 +52,9 @@ def scenario(request: pytest.FixtureRequest) -> str:
 
 
 def test_every_documented_scenario_exists() -> None:
-    assert {"default", "existing-secret", "all-enabled", "no-auth", "cloudnativepg"} <= set(SCENARIOS)
+    assert {"default", "existing-secret", "all-enabled", "no-auth", "cloudnativepg", "workload-identity"} <= set(
+        SCENARIOS
+    )
 
 
 def test_chart_lints_clean(scenario: str) -> None:
@@ -404,6 +407,47 @@ def test_without_auth_the_server_is_told_to_run_open_and_says_so() -> None:
     with helm.Chart.load(CHART) as chart:
         notes = chart.render(values=vals, name=RELEASE, namespace=NAMESPACE)["schedlock/templates/NOTES.txt"]
     assert "WARNING: auth.enabled=false" in notes
+
+
+def test_workload_identity_trusts_the_clusters_issuer_with_the_servers_own_token() -> None:
+    objects = render(values("workload-identity"))
+    config = one(objects, "ConfigMap", FULLNAME)["data"]
+    parsed = parse_config(config["SCHEDLOCK_TOKENS"], "SCHEDLOCK_TOKENS")  # what the server will read
+    (issuer,) = parsed.issuers
+    assert issuer.issuer == "https://kubernetes.default.svc.cluster.local" and issuer.audiences == ("schedlock",)
+    assert issuer.jwks_url == "https://kubernetes.default.svc/openid/v1/jwks"
+    assert [(b.issuer, b.prefixes, b.admin, b.rate) for b in parsed.bindings] == [
+        ("cluster", ["*"], True, None),
+        ("cluster", ["{kubernetes.io.namespace}."], False, 20),
+    ]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+    assert str(issuer.ca_file) == f"{mounts['kube-api']}/ca.crt"
+    assert str(issuer.fetch_token_file) == f"{mounts['kube-api']}/token"
+    (kube_api,) = [v for v in pod["volumes"] if v["name"] == "kube-api"]
+    sources = kube_api["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"]["path"] == "token" and "audience" not in sources[0]["serviceAccountToken"]
+    assert sources[1]["configMap"]["name"] == "kube-root-ca.crt"
+    assert pod["automountServiceAccountToken"] is False  # only the projected token, not the default mount
+    # with the default binding, a pod of namespace billing uses the names starting with "billing."
+    defaults = render({**values("workload-identity"), "auth": {"workloadIdentity": {"enabled": True}}})
+    only = parse_config(one(defaults, "ConfigMap", FULLNAME)["data"]["SCHEDLOCK_TOKENS"], "defaults").bindings
+    assert [(b.prefixes, b.access) for b in only] == [(["{kubernetes.io.namespace}."], "read-write")]
+    # an egress policy lets the pods reach the API server for the keys, only with workload identity on
+    fenced = {"networkPolicy": {"enabled": True, "egress": {"enabled": True}}}
+    for vals, reaches in ((values("workload-identity"), True), (values("default"), False)):
+        policy = one(render({**vals, **fenced}), "NetworkPolicy")
+        ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+        assert (6443 in ports and 443 in ports) is reaches
+
+
+def test_the_workload_identity_values_of_docs_deploy_md_render() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "deploy.md").read_text()
+    (block,) = re.findall(r"^```yaml\n(# values-identity.yaml.*?)^```$", text, re.M | re.S)
+    objects = render({**values("default"), **yaml.safe_load(block)})
+    parsed = parse_config(one(objects, "ConfigMap", FULLNAME)["data"]["SCHEDLOCK_TOKENS"], "docs/deploy.md")
+    assert [b.admin for b in parsed.bindings] == [True, False] and parsed.bindings[1].quota is not None
 
 
 def test_notes_tell_how_to_reach_the_api_and_docs() -> None:

@@ -3,6 +3,7 @@ for every status code the OpenAPI document declares for them; and the tests' wit
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
@@ -28,15 +29,30 @@ from tests.support.servers import free_port
 
 SECRET = "lean-test-secret-" + "s" * 40
 READER = "lean-test-reader-" + "r" * 40
+LIMITED_SECRET = "lean-test-limited-" + "l" * 40
+#: A JWT of an issuer whose keys can never be fetched (nothing listens where they are): 503 issuer_unavailable.
+DEAD_ISSUER = "https://dead-issuer.example"
+UNFETCHABLE = (
+    ".".join(
+        base64.urlsafe_b64encode(json.dumps(part).encode()).rstrip(b"=").decode()
+        for part in ({"alg": "RS256", "kid": "k1"}, {"iss": DEAD_ISSUER})
+    )
+    + ".c2ln"
+)
 
 
 def _tokens() -> str:
+    limited = {"name": "limited", "sha256": hash_secret(LIMITED_SECRET), "prefixes": ["lean."], "access": "read-write"}
+    dead_keys = f"http://127.0.0.1:{free_port()}/jwks"
     return json.dumps(
         {
             "tokens": [
                 {"name": "jobs", "sha256": hash_secret(SECRET), "prefixes": ["lean."], "access": "read-write"},
                 {"name": "reader", "sha256": hash_secret(READER), "prefixes": ["*"], "access": "read"},
-            ]
+                {**limited, "rate": 0.001, "burst": 1},  # one request, then 429 for the rest of the module
+            ],
+            "issuers": [{"name": "dead", "issuer": DEAD_ISSUER, "audiences": ["schedlock"], "jwks_url": dead_keys}],
+            "bindings": [{"issuer": "dead", "prefixes": ["lean."], "access": "read-write"}],
         }
     )
 
@@ -83,6 +99,8 @@ LEAN_OPERATIONS = ("acquireLock", "releaseLock", "extendLock", "getLock")
 LEASE = "<the token of the last lease granted>"
 _AUTH = {"headers": AUTH}
 READ_ONLY = {"Authorization": f"Bearer {READER}"}
+LIMITED = {"Authorization": f"Bearer {LIMITED_SECRET}"}
+UNFETCHED = {"Authorization": f"Bearer {UNFETCHABLE}"}
 
 
 def _requests(name: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -165,6 +183,16 @@ def _requests(name: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", f"/v1/locks/{name}.s/acquire", {"json": {"lock_at_most_for": "1m", "schedule": "@often"}, **_AUTH}),
         ("POST", f"/v1/locks/{name}.s/acquire", {"json": {"lock_at_most_for": "1m", "slot": "\u0000"}, **_AUTH}),
         ("POST", f"/v1/locks/{name}.s/acquire", {"json": {"lock_at_most_for": "1m", "timezone": "UTC"}, **_AUTH}),
+        # A caller over its quota (429), once its one request is spent; a JWT whose issuer has no keys (503).
+        ("GET", f"/v1/locks/{name}", {"headers": LIMITED}),
+        ("POST", f"/v1/locks/{name}/acquire", {"json": {"lock_at_most_for": "1m"}, "headers": LIMITED}),
+        ("POST", f"/v1/locks/{name}/extend", {"json": {"token": "t", "lock_at_most_for": "5m"}, "headers": LIMITED}),
+        ("POST", f"/v1/locks/{name}/release", {"json": {"token": "t"}, "headers": LIMITED}),
+        ("GET", f"/v1/locks/{name}", {"headers": LIMITED}),
+        ("POST", f"/v1/locks/{name}/acquire", {"json": {"lock_at_most_for": "1m"}, "headers": UNFETCHED}),
+        ("POST", f"/v1/locks/{name}/extend", {"json": {"token": "t", "lock_at_most_for": "5m"}, "headers": UNFETCHED}),
+        ("POST", f"/v1/locks/{name}/release", {"json": {"token": "t"}, "headers": UNFETCHED}),
+        ("GET", f"/v1/locks/{name}", {"headers": UNFETCHED}),
     ]
 
 

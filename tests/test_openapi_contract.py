@@ -37,6 +37,7 @@ ERROR_SCHEMAS = {
     "413": "PayloadTooLargeError",
     "415": "UnsupportedMediaTypeError",
     "422": "InvalidRequestError",
+    "429": "RateLimitedError",
     "503": "StorageUnavailableError",
 }
 
@@ -89,8 +90,10 @@ def test_each_error_status_has_its_own_schema_and_headers(path: str, method: str
         else:
             assert ref == ERROR_SCHEMAS[status], (method, path, status)
         headers = set(response.get("headers", {}))
-        expected = {"401": {"WWW-Authenticate"}, "415": {"Accept"}, "503": {"Retry-After"}}.get(status, set())
-        assert headers == expected, (path, status)
+        expected = {"401": {"WWW-Authenticate"}, "415": {"Accept"}, "429": {"Retry-After"}, "503": {"Retry-After"}}
+        assert headers == expected.get(status, set()), (path, status)
+    # Whoever may be refused for a token may be refused for its quota (docs/auth.md, Quotas).
+    assert ("401" in operation["responses"]) == ("429" in operation["responses"]), (method, path)
 
 
 def test_the_lock_held_schema_says_who_holds_it_until_when() -> None:

@@ -48,14 +48,23 @@ class _BearerToken(HTTPBearer):
     """Declares the bearer scheme in the OpenAPI document; authenticates with the app's Authenticator."""
 
     async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
-        return authenticate(request, request.headers.get("authorization"))
+        return await authenticate(request, request.headers.get("authorization"))
 
 
-def authenticate(request: Request, authorization: str | None) -> Principal:
+#: Where a request's principal is kept once known: a route whose body is read first (app.api.bodies) asks twice,
+#: and a quota must count the request once.
+PRINCIPAL_KEY = "schedlock.principal"
+
+
+async def authenticate(request: Request, authorization: str | None) -> Principal:
     """The caller behind a request's ``Authorization`` header value, by the app's Authenticator (raises
-    Unauthorized). The lean path reads the header itself and comes here, as the bearer dependency does."""
+    Unauthorized, RateLimited). The lean path reads the header itself and comes here, as the bearer dependency does."""
+    known: Principal | None = request.scope.get(PRINCIPAL_KEY)
+    if known is not None:
+        return known
     authenticator: Authenticator = request.app.state.auth
-    return authenticator.authenticate(authorization)
+    principal = request.scope[PRINCIPAL_KEY] = await authenticator.authenticate(authorization)
+    return principal
 
 
 bearer = _BearerToken(

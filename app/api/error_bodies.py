@@ -118,6 +118,17 @@ class UnauthorizedError(BaseModel):
     error: UnauthorizedDetail
 
 
+class RateLimitedDetail(_Detail):
+    code: Literal["rate_limited"]
+    retry_after: int = Field(description="Seconds until a request passes again (also the Retry-After header).")
+
+
+class RateLimitedError(BaseModel):
+    """429: the caller is over its quota (docs/auth.md, Quotas). Sent with `Retry-After`."""
+
+    error: RateLimitedDetail
+
+
 class ForbiddenDetail(_Detail):
     code: Literal["forbidden"]
     name: str | None = Field(default=None, description="The lock name, when the refusal is about a lock.")
@@ -154,10 +165,11 @@ class UnsupportedMediaTypeError(BaseModel):
 
 
 class StorageUnavailableDetail(_Detail):
-    code: Literal["storage_unavailable"]
+    code: Literal["storage_unavailable", "issuer_unavailable"]
 
 
 class StorageUnavailableError(BaseModel):
-    """503: the database cannot be reached or is not migrated. Retry after `Retry-After` seconds."""
+    """503: the database cannot be reached or is not migrated; or (`issuer_unavailable`) the keys of the caller's
+    JWT issuer could never be fetched. Retry after `Retry-After` seconds."""
 
     error: StorageUnavailableDetail

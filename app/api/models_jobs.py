@@ -76,6 +76,11 @@ class JobView(BaseModel):
     expected_since: UtcTime = Field(description="Ticks before this are not expected (registered, changed, resumed).")
     created_at: UtcTime
     updated_at: UtcTime
+    changed_by: str | None = Field(
+        default=None,
+        description="Who last registered, updated, paused or resumed it: a token's name or a workload's principal "
+        "(docs/auth.md); null when unknown, on an open server, or when an acquire registered it.",
+    )
     db_time: UtcTime
 
 

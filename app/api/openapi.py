@@ -19,6 +19,7 @@ from app.api.error_bodies import (
     LockNotFoundError,
     NotHolderError,
     PayloadTooLargeError,
+    RateLimitedError,
     StorageUnavailableError,
     UnauthorizedError,
     UnsupportedMediaTypeError,
@@ -154,7 +155,8 @@ BAD_INPUT = _error(
 DOWN = _error(
     503,
     StorageUnavailableError,
-    "`storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds.",
+    "`storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the "
+    "caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds.",
     {"code": "storage_unavailable", "message": "acquire: database unavailable (ConnectionRefusedError)"},
     {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}, "example": 1}},
 )
@@ -180,6 +182,23 @@ AUTH = {
             "code": "forbidden",
             "message": f"token 'reports-cron' may not use lock '{NAME}'; its names start with 'reports.'",
             "name": NAME,
+        },
+    ),
+    **_error(
+        429,
+        RateLimitedError,
+        "`rate_limited`: the caller is over its quota of requests per second (servers with quotas only).",
+        {
+            "code": "rate_limited",
+            "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+            "retry_after": 1,
+        },
+        {
+            "Retry-After": {
+                "description": "Seconds until a request passes again.",
+                "schema": {"type": "integer"},
+                "example": 1,
+            }
         },
     ),
 }

@@ -68,7 +68,7 @@ def _described(responses: doc.Responses, status: int, description: str) -> doc.R
 
 
 #: A history read: 401, 422 (a parameter), 503.
-READ = {401: doc.AUTH[401], **doc.BAD_INPUT, **doc.DOWN}
+READ = {401: doc.AUTH[401], 429: doc.AUTH[429], **doc.BAD_INPUT, **doc.DOWN}
 #: A history read of one lock: also 403 outside the token's prefixes.
 READ_ONE = {**READ, **_described(doc.AUTH, 403, "`forbidden`: the name is outside the token's prefixes.")}
 FORCE: dict[int | str, dict[str, Any]] = {

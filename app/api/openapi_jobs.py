@@ -48,6 +48,7 @@ JOB = {
     "expected_since": "2026-11-20T10:00:00.000Z",
     "created_at": "2026-11-20T10:00:00.000Z",
     "updated_at": "2026-11-20T10:00:00.000Z",
+    "changed_by": "billing-cron",
     "db_time": DB_TIME,
 }
 JOB_LIST = {"items": [JOB], "next_cursor": "am9iOm5pZ2h0bHktYmlsbGluZw", "db_time": DB_TIME}
@@ -87,6 +88,6 @@ BAD_INPUT: dict[int | str, dict[str, Any]] = {
     }
 }
 #: A read: 401, 422 (a parameter), 503; of one job also 403 and 404.
-READ = {401: doc.AUTH[401], **BAD_INPUT, **doc.DOWN}
+READ = {401: doc.AUTH[401], 429: doc.AUTH[429], **BAD_INPUT, **doc.DOWN}
 READ_ONE = {**history.READ_ONE, **BAD_INPUT, **NOT_FOUND}
 WRITE = {**doc.AUTH, **NOT_FOUND, **doc.TOO_LARGE, **doc.NOT_JSON, **BAD_INPUT, **doc.DOWN}

@@ -1,10 +1,12 @@
 """Who is calling: an ``Authorization`` header becomes a Principal (a token's name, its name prefixes, read or
-read-write), from a table of configured tokens that reloads when the tokens file changes.
+read-write), from a table of configured tokens, or from a JWT of a trusted issuer (app.auth.workload); the
+configuration reloads when the tokens file changes. A principal with a quota is then admitted by the rate limiter
+(app.auth.quotas): being known and being within one's rate are both answered here, in one call.
 
-A request costs one SHA-256 of the presented secret, one dict lookup by the digest's first 8 bytes and one
+A static token costs one SHA-256 of the presented secret, one dict lookup by the digest's first 8 bytes and one
 constant-time comparison of the whole digest (the selector/verifier pattern). The lookup's timing can only
 reveal how the digest of the caller's own guess compares with stored digests, which does not help find a
-secret that hashes to them.
+secret that hashes to them. A bearer value that is no known token but has a JWT's shape goes to the issuers.
 
 Without any token configured the service is open (every caller may do everything); ``app.auth.exposure`` keeps
 that to loopback addresses unless explicitly allowed.
@@ -18,64 +20,25 @@ import hmac
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
-from app.auth.tokens import ALL_NAMES, B64TOKEN, TokenConfigError, TokenEntry, digest, parse_tokens
+from app.auth.config import AuthConfig, parse_config
+from app.auth.principal import OPEN, Principal, principal_of
+from app.auth.quotas import RateLimiter
+from app.auth.tokens import B64TOKEN, TokenConfigError, TokenEntry, digest
+from app.auth.workload import WorkloadIdentity
 from app.background import in_background
-from app.errors import Forbidden, Unauthorized
+from app.errors import Unauthorized
 from app.settings import Settings
+
+__all__ = ["OPEN", "Authenticator", "Principal", "build_table"]
 
 logger = logging.getLogger("schedlock.auth")
 
 
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: the token's name and what it may do. ``name`` None means the server has no tokens."""
-
-    name: str | None
-    prefixes: tuple[str, ...] | None  # None: every name
-    can_write: bool
-    is_admin: bool = False  # may force-release (within its prefixes)
-
-    def may_use(self, lock_name: str) -> bool:
-        return self.prefixes is None or lock_name.startswith(self.prefixes)
-
-    def require(self, lock_name: str, *, write: bool) -> None:
-        """Raise Forbidden unless this caller may read (or write) ``lock_name``."""
-        if not self.may_use(lock_name):
-            allowed = ", ".join(repr(p) for p in self.prefixes or ())
-            raise Forbidden(
-                f"token {self.name!r} may not use lock {lock_name!r}; its names start with {allowed}",
-                name=lock_name,
-            )
-        if write and not self.can_write:
-            raise Forbidden(f"token {self.name!r} is read-only", name=lock_name)
-
-    def require_admin(self, lock_name: str) -> None:
-        """Raise Forbidden unless this caller may force-release ``lock_name``."""
-        self.require(lock_name, write=True)
-        if not self.is_admin:
-            raise Forbidden(f"token {self.name!r} is not an admin token; force-release needs one", name=lock_name)
-
-
-#: The caller when the server runs without tokens.
-OPEN = Principal(name=None, prefixes=None, can_write=True, is_admin=True)
-
-
 def _principal(entry: TokenEntry) -> Principal:
-    if ALL_NAMES in entry.prefixes:
-        prefixes = None
-    else:
-        # Drop prefixes another one already covers ("billing." covers "billing.eu."): fewer ranges in SQL.
-        ordered = sorted(set(entry.prefixes))
-        kept: list[str] = []
-        for prefix in ordered:
-            if not any(prefix.startswith(k) for k in kept):
-                kept.append(prefix)
-        prefixes = tuple(kept)
-    return Principal(name=entry.name, prefixes=prefixes, can_write=entry.access == "read-write", is_admin=entry.admin)
+    return principal_of(entry.name, entry.prefixes, entry)
 
 
 _SELECTOR = 8
@@ -111,7 +74,9 @@ class Authenticator:
         self._inline = settings.tokens
         self._interval = settings.tokens_reload_interval
         self._file_state: tuple[int, int, int] | None = None
+        self._identity: WorkloadIdentity | None = None
         self._table: TokenTable | None = self._load() if self.enabled else None
+        self.limiter = RateLimiter()
 
     @property
     def enabled(self) -> bool:
@@ -122,36 +87,63 @@ class Authenticator:
     def token_count(self) -> int:
         return len(self._table or {})
 
-    def authenticate(self, authorization: str | None) -> Principal:
-        """The caller behind an ``Authorization`` header value; raises Unauthorized. Never logs the secret."""
+    @property
+    def identity(self) -> WorkloadIdentity | None:
+        """The trusted JWT issuers and their bindings; None when none is configured."""
+        return self._identity
+
+    def count_rate_limited(self, counter: Callable[[str], None]) -> None:
+        """Call ``counter(principal name)`` for each request refused for its quota (the metrics)."""
+        self.limiter.on_limited = counter
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """The caller behind an ``Authorization`` header value, admitted by its quota; raises Unauthorized,
+        RateLimited, or IssuerUnavailable (a JWT whose issuer's keys cannot be had). Never logs the secret."""
         table = self._table
         if table is None:
             return OPEN
         if not authorization:
-            raise Unauthorized("missing credentials: send 'Authorization: Bearer <token>'")
+            raise _refused("missing", "missing credentials: send 'Authorization: Bearer <token>'")
         credentials = _CREDENTIALS.fullmatch(authorization.strip(" \t"))
         if credentials is None:
-            raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
-        presented = digest(credentials.group(1))
+            raise _refused("malformed_header", "malformed Authorization header: expected 'Bearer <token>'")
+        secret = credentials.group(1)
+        presented = digest(secret)
         found = table.get(presented[:_SELECTOR])
-        if found is None or not hmac.compare_digest(found[0], presented):
-            raise Unauthorized("unknown token")
-        return found[1]
+        if found is not None and hmac.compare_digest(found[0], presented):
+            principal = found[1]
+        elif self._identity is not None and secret.count(".") == 2:
+            principal = await self._identity.principal(secret, presented)
+        else:
+            raise _refused("unknown_token", "unknown token")
+        if principal.quota is not None:
+            self.limiter.admit(principal.name or "", principal.quota)
+        return principal
 
     def _load(self) -> TokenTable:
-        entries: list[TokenEntry] = []
+        config = AuthConfig()
         if self._inline is not None:
-            entries += parse_tokens(self._inline, "SCHEDLOCK_TOKENS")
+            config = config.merged(parse_config(self._inline, "SCHEDLOCK_TOKENS"))
         if self._file is not None:
             try:
                 self._file_state = _stat(self._file)
                 text = self._file.read_text()
             except OSError as exc:
                 raise TokenConfigError(f"{self._file}: cannot read ({exc.strerror})") from None
-            entries += parse_tokens(text, str(self._file))
-        table = build_table(entries)
-        if not table:
+            try:
+                config = config.merged(parse_config(text, str(self._file)))
+            except ValueError as exc:  # an issuer of the file and one inline with the same name
+                raise TokenConfigError(f"{self._file}: {exc}") from None
+        table = build_table(config.tokens)
+        try:
+            identity = (
+                WorkloadIdentity(config.issuers, config.bindings, previous=self._identity) if config.issuers else None
+            )
+        except ValueError as exc:  # a PEM key that is none
+            raise TokenConfigError(str(exc)) from None
+        if not table and identity is None:
             logger.warning("token authentication is on but no token is configured: every lock request gets 401")
+        self._identity = identity
         return table
 
     def reload_if_changed(self) -> bool:
@@ -172,7 +164,8 @@ class Authenticator:
             logger.error("tokens file not reloaded, keeping the previous tokens: %s", exc)
             return False
         self._table = table
-        logger.info("tokens reloaded from %s: %d token(s)", self._file, len(table))
+        issuers = len(self._identity.keys) if self._identity is not None else 0
+        logger.info("tokens reloaded from %s: %d token(s), %d issuer(s)", self._file, len(table), issuers)
         return True
 
     @contextlib.asynccontextmanager
@@ -189,6 +182,11 @@ class Authenticator:
 
         async with in_background(poll(), "schedlock-tokens-reload"):
             yield
+
+
+def _refused(reason: str, message: str) -> Unauthorized:
+    logger.info("bearer token refused: %s", reason, extra={"fields": {"reason": reason}})
+    return Unauthorized(message)
 
 
 def _stat(path: Path) -> tuple[int, int, int]:

@@ -10,21 +10,19 @@ hash would only cost every request milliseconds. ``hash-token`` refuses short se
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import tomllib
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
+from app.auth.quotas import Quota
 from app.locking.names import NAME_MAX
 
 ALL_NAMES = "*"
@@ -40,60 +38,62 @@ class TokenConfigError(ValueError):
     """The token configuration cannot be used; the message says where and why (never a secret)."""
 
 
-TokenName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$")]
+#: A principal's name (a token's, or one a binding makes from a JWT's claims): what ``locked_by`` records.
+NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
+TokenName = Annotated[str, StringConstraints(pattern=f"^{NAME_RULE.pattern}$")]
 
 
-class TokenEntry(BaseModel):
-    """One ``[[tokens]]`` entry of the configuration (see docs/auth.md)."""
+Access = Literal["read", "read-write"]
+
+
+def check_prefix(prefix: str) -> str:
+    """A configured name prefix as it is, or ValueError saying why it can never be one."""
+    if prefix == ALL_NAMES:
+        return prefix
+    if not prefix:
+        raise ValueError('an empty prefix is not allowed; write "*" for every name')
+    if prefix.endswith("*"):
+        raise ValueError(f'prefixes are literal, not globs: write {prefix.rstrip("*")!r}, or "*" alone')
+    if len(prefix) > NAME_MAX or _BAD_PREFIX_CHARS.search(prefix):
+        raise ValueError(f"{prefix!r} can never match a lock name (1-64 characters, no control chars, no /)")
+    return prefix
+
+
+class Policy(BaseModel):
+    """What a principal may do, the same for a token and a binding: names by prefix, read or read-write, admin
+    (force-release), and an optional quota (docs/auth.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    prefixes: list[str] = Field(min_length=1)
+    access: Access
+    admin: bool = Field(default=False, description="May force-release locks within its prefixes (docs/history.md).")
+    rate: float | None = Field(default=None, gt=0, le=1_000_000, description="Requests per second (a quota).")
+    burst: int | None = Field(default=None, ge=1, le=1_000_000, description="Requests at once (with rate).")
+
+    @model_validator(mode="after")
+    def _check_policy(self) -> Self:
+        if self.admin and self.access != "read-write":
+            raise ValueError('admin: an admin token must have access = "read-write"')
+        if self.burst is not None and self.rate is None:
+            raise ValueError("burst: a burst needs a rate (requests per second)")
+        return self
+
+    @property
+    def quota(self) -> Quota | None:
+        return Quota(rate=self.rate, burst=self.burst) if self.rate is not None else None
+
+
+class TokenEntry(Policy):
+    """One ``[[tokens]]`` entry of the configuration (see docs/auth.md)."""
+
     name: TokenName = Field(description="Recorded in locked_by; letters, digits, . _ : @ -")
     sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$")]
-    prefixes: list[str] = Field(min_length=1)
-    access: Literal["read", "read-write"]
-    admin: bool = Field(default=False, description="May force-release locks within its prefixes (docs/history.md).")
 
     @field_validator("prefixes")
     @classmethod
     def _check_prefixes(cls, prefixes: list[str]) -> list[str]:
-        for prefix in prefixes:
-            if prefix == ALL_NAMES:
-                continue
-            if not prefix:
-                raise ValueError('an empty prefix is not allowed; write "*" for every name')
-            if prefix.endswith("*"):
-                raise ValueError(f'prefixes are literal, not globs: write {prefix.rstrip("*")!r}, or "*" alone')
-            if len(prefix) > NAME_MAX or _BAD_PREFIX_CHARS.search(prefix):
-                raise ValueError(f"{prefix!r} can never match a lock name (1-64 characters, no control chars, no /)")
-        return prefixes
-
-    @model_validator(mode="after")
-    def _check_admin(self) -> TokenEntry:
-        if self.admin and self.access != "read-write":
-            raise ValueError('admin: an admin token must have access = "read-write"')
-        return self
-
-
-class _TokenFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tokens: list[TokenEntry] = Field(default_factory=list)
-
-
-def parse_tokens(text: str, source: str) -> list[TokenEntry]:
-    """Parse one configuration text (JSON if it starts with '{', TOML otherwise)."""
-    try:
-        raw = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise TokenConfigError(f"{source}: not valid JSON or TOML ({exc})") from None
-    try:
-        return _TokenFile.model_validate(raw).tokens
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
-            for err in exc.errors(include_input=False)
-        )
-        raise TokenConfigError(f"{source}: {problems}") from None
+        return [check_prefix(prefix) for prefix in prefixes]
 
 
 def digest(secret: str) -> bytes:

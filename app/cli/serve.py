@@ -87,6 +87,8 @@ def _announce(settings: Settings, authenticator: Authenticator) -> None:
     tokens = (
         f"{authenticator.token_count} API token(s) loaded from {' and '.join(sources)}" if sources else "no API tokens"
     )
+    if authenticator.identity is not None:
+        tokens += f", JWTs of {len(authenticator.identity.keys)} trusted issuer(s)"
     origins = ", ".join(settings.allowed_origins or ()) or "none"
     logger.info(
         "schedlock %s: API docs at %s/docs (OpenAPI at %s/openapi.json); %s; other browser origins allowed: %s",

@@ -93,7 +93,8 @@ def _new_token(args: argparse.Namespace) -> int:
         print(f"schedlock-server new-token: {problems}", file=sys.stderr)
         return 2
     if args.format == "json":
-        config = json.dumps(entry.model_dump(exclude=None if entry.admin else {"admin"}), indent=2)
+        fields = {"name": entry.name, "sha256": entry.sha256, "prefixes": entry.prefixes, "access": entry.access}
+        config = json.dumps(fields | ({"admin": True} if entry.admin else {}), indent=2)
     else:
         prefixes = ", ".join(json.dumps(p, ensure_ascii=False) for p in entry.prefixes)
         config = (

@@ -109,6 +109,8 @@ class Job:
     public: bool = False
     #: The state a replica's check last claimed (webhooks, app.jobs.webhooks); None before the first check.
     notified_state: str | None = None
+    #: The principal whose request last registered, updated, paused or resumed it (None: unknown, or an open server).
+    changed_by: str | None = None
 
     def expected(self) -> Expected:
         return expected(self.schedule, self.timezone)

@@ -20,7 +20,7 @@ from app.locking.rows import NOW
 
 _JOB = (
     "name, schedule, timezone, grace, description, paused, created_at, updated_at, expected_since, public, "
-    "notified_state"
+    "notified_state, changed_by"
 )
 _LAPSED = f"(r.outcome = 'running' AND r.lock_until <= {NOW})"
 
@@ -43,13 +43,15 @@ class JobStore:
         description: str | None,
         paused: bool | None,
         public: bool | None = None,
+        by: str | None = None,
     ) -> tuple[Job, datetime]:
         """Register ``name``, or update it; ``paused`` and ``public`` None keep them as they are (false when new).
-        Ticks are expected from now on when the job is new or its schedule or time zone changed (``expected_since``)."""
+        Ticks are expected from now on when the job is new or its schedule or time zone changed (``expected_since``).
+        ``by``: the principal asking, recorded as ``changed_by``."""
         sql = f"""
             INSERT INTO {self.jobs_table} AS j ({_JOB})
-            VALUES ($1, $2, $3, $4, $5, COALESCE($6, false), {NOW}, {NOW}, {NOW}, COALESCE($7, false), NULL)
-            ON CONFLICT (name) DO UPDATE SET
+            VALUES ($1, $2, $3, $4, $5, COALESCE($6, false), {NOW}, {NOW}, {NOW}, COALESCE($7, false), NULL, $8)
+            ON CONFLICT (name) DO UPDATE SET changed_by = EXCLUDED.changed_by,
               schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, grace = EXCLUDED.grace,
               description = EXCLUDED.description, paused = COALESCE($6, j.paused), public = COALESCE($7, j.public),
               updated_at = CASE WHEN (j.schedule, j.timezone, j.grace, j.description, j.paused)
@@ -61,7 +63,7 @@ class JobStore:
                   OR (j.paused AND NOT COALESCE($6, j.paused))
                 THEN {NOW} ELSE j.expected_since END
             RETURNING {_JOB}, {NOW} AS db_time"""
-        args = (name, schedule, timezone, grace, description, paused, public)
+        args = (name, schedule, timezone, grace, description, paused, public, by)
         (row,) = await self._statements.fetch("job_write", sql, *args)
         return _job(row), row["db_time"]
 
@@ -71,7 +73,7 @@ class JobStore:
         now on). Its description, grace and pause stay as an operator set them."""
         sql = f"""
             INSERT INTO {self.jobs_table} AS j ({_JOB})
-            VALUES ($1, $2, $3, $4, NULL, false, {NOW}, {NOW}, {NOW}, false, NULL)
+            VALUES ($1, $2, $3, $4, NULL, false, {NOW}, {NOW}, {NOW}, false, NULL, NULL)
             ON CONFLICT (name) DO UPDATE SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone,
               updated_at = {NOW}, expected_since = {NOW}
             WHERE (j.schedule, j.timezone) IS DISTINCT FROM (EXCLUDED.schedule, EXCLUDED.timezone)"""
@@ -88,16 +90,17 @@ class JobStore:
         sql = f"DELETE FROM {self.jobs_table} WHERE name = $1 RETURNING name"
         return bool(await self._statements.fetch("job_write", sql, name))
 
-    async def set_paused(self, name: str, paused: bool) -> tuple[Job | None, datetime]:
-        """Pause or resume; a resumed job expects ticks from now on (none missed while it was paused)."""
+    async def set_paused(self, name: str, paused: bool, by: str | None = None) -> tuple[Job | None, datetime]:
+        """Pause or resume; a resumed job expects ticks from now on (none missed while it was paused). ``by``: the
+        principal asking, recorded as ``changed_by``."""
         sql = f"""
             WITH changed AS (
-              UPDATE {self.jobs_table} SET paused = $2,
+              UPDATE {self.jobs_table} SET paused = $2, changed_by = $3,
                 updated_at = CASE WHEN paused IS DISTINCT FROM $2 THEN {NOW} ELSE updated_at END,
                 expected_since = CASE WHEN paused AND NOT $2 THEN {NOW} ELSE expected_since END
               WHERE name = $1 RETURNING {_JOB})
             SELECT t.db_time, c.* FROM (SELECT {NOW} AS db_time) t LEFT JOIN changed c ON true"""
-        (row,) = await self._statements.fetch("job_write", sql, name, paused)
+        (row,) = await self._statements.fetch("job_write", sql, name, paused, by)
         return (_job(row) if row["name"] is not None else None), row["db_time"]
 
     async def page(
@@ -176,6 +179,7 @@ def _job(row: Any) -> Job:
         row["expected_since"],
         row["public"],
         row["notified_state"],
+        row["changed_by"],
     )
 
 

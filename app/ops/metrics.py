@@ -94,7 +94,7 @@ class Metrics:
         self.lock_operations = Counter(
             "schedlock_lock_operations",
             "Lock operations by outcome. acquire: acquired|held (skip the run)|slot_done (skip: the tick already "
-            "ran)|...; extend not_holder: the lease was lost. invalid: 4xx bad input; denied: 401/403; error: 5xx.",
+            "ran)|...; extend not_holder: the lease was lost. invalid: 4xx bad input; denied: 401/403/429; error: 5xx.",
             ["operation", "outcome"],
             registry=r,
         )
@@ -119,6 +119,14 @@ class Metrics:
             registry=r,
         )
         self._webhook_results = {result: self.webhook_posts.labels(result) for result in WEBHOOK_RESULTS}
+        # By principal: a token's name or one a binding made, so bounded by the callers the configuration admits.
+        self.rate_limited = Counter(
+            "schedlock_rate_limited",
+            "Requests refused 429 rate_limited, by the principal over its quota (docs/auth.md, Quotas). Per process: "
+            "aggregate with sum().",
+            ["principal"],
+            registry=r,
+        )
         Gauge(
             "schedlock_build_info",
             "Always 1; the version label says which build runs.",
@@ -203,6 +211,10 @@ class Metrics:
     def count_webhook(self, result: str) -> None:
         """A job webhook's POST and its result (app.jobs.webhooks.Notifier)."""
         self._webhook_results[result].inc()
+
+    def count_rate_limited(self, principal: str) -> None:
+        """A request refused for its principal's quota (app.auth.quotas)."""
+        self.rate_limited.labels(principal).inc()
 
     def count_outcome(self, operation: str, outcome: str) -> None:
         self._outcomes[operation, outcome].inc()

@@ -758,6 +758,11 @@ export interface components {
              */
             updated_at: string;
             /**
+             * Changed By
+             * @description Who last registered, updated, paused or resumed it: a token's name or a workload's principal (docs/auth.md); null when unknown, on an open server, or when an acquire registered it.
+             */
+            changed_by?: string | null;
+            /**
              * Db Time
              * Format: date-time
              * @description UTC, millisecond precision, from the database clock.
@@ -1003,6 +1008,31 @@ export interface components {
             /** Message */
             message: string;
         };
+        /** RateLimitedDetail */
+        RateLimitedDetail: {
+            /**
+             * Code
+             * @constant
+             */
+            code: "rate_limited";
+            /**
+             * Message
+             * @description For humans; may change between releases. Match on `code`.
+             */
+            message: string;
+            /**
+             * Retry After
+             * @description Seconds until a request passes again (also the Retry-After header).
+             */
+            retry_after: number;
+        };
+        /**
+         * RateLimitedError
+         * @description 429: the caller is over its quota (docs/auth.md, Quotas). Sent with `Retry-After`.
+         */
+        RateLimitedError: {
+            error: components["schemas"]["RateLimitedDetail"];
+        };
         /** ReleaseRequest */
         ReleaseRequest: {
             /**
@@ -1219,9 +1249,9 @@ export interface components {
         StorageUnavailableDetail: {
             /**
              * Code
-             * @constant
+             * @enum {string}
              */
-            code: "storage_unavailable";
+            code: "storage_unavailable" | "issuer_unavailable";
             /**
              * Message
              * @description For humans; may change between releases. Match on `code`.
@@ -1230,7 +1260,8 @@ export interface components {
         };
         /**
          * StorageUnavailableError
-         * @description 503: the database cannot be reached or is not migrated. Retry after `Retry-After` seconds.
+         * @description 503: the database cannot be reached or is not migrated; or (`issuer_unavailable`) the keys of the caller's
+         *     JWT issuer could never be fetched. Retry after `Retry-After` seconds.
          */
         StorageUnavailableError: {
             error: components["schemas"]["StorageUnavailableDetail"];
@@ -1527,7 +1558,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -1729,7 +1783,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -1934,7 +2011,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -2072,7 +2172,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -2193,7 +2316,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -2340,7 +2486,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -2462,7 +2631,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -2588,7 +2780,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -2787,7 +3002,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -2882,6 +3120,7 @@ export interface operations {
                      *           "expected_since": "2026-11-20T10:00:00.000Z",
                      *           "created_at": "2026-11-20T10:00:00.000Z",
                      *           "updated_at": "2026-11-20T10:00:00.000Z",
+                     *           "changed_by": "billing-cron",
                      *           "db_time": "2026-11-29T09:14:03.201Z"
                      *         }
                      *       ],
@@ -2938,7 +3177,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -3025,6 +3287,7 @@ export interface operations {
                      *       "expected_since": "2026-11-20T10:00:00.000Z",
                      *       "created_at": "2026-11-20T10:00:00.000Z",
                      *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "changed_by": "billing-cron",
                      *       "db_time": "2026-11-29T09:14:03.201Z"
                      *     }
                      */
@@ -3113,7 +3376,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -3212,6 +3498,7 @@ export interface operations {
                      *       "expected_since": "2026-11-20T10:00:00.000Z",
                      *       "created_at": "2026-11-20T10:00:00.000Z",
                      *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "changed_by": "billing-cron",
                      *       "db_time": "2026-11-29T09:14:03.201Z"
                      *     }
                      */
@@ -3340,7 +3627,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -3465,7 +3775,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -3552,6 +3885,7 @@ export interface operations {
                      *       "expected_since": "2026-11-20T10:00:00.000Z",
                      *       "created_at": "2026-11-20T10:00:00.000Z",
                      *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "changed_by": "billing-cron",
                      *       "db_time": "2026-11-29T09:14:03.201Z"
                      *     }
                      */
@@ -3680,7 +4014,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -3767,6 +4124,7 @@ export interface operations {
                      *       "expected_since": "2026-11-20T10:00:00.000Z",
                      *       "created_at": "2026-11-20T10:00:00.000Z",
                      *       "updated_at": "2026-11-20T10:00:00.000Z",
+                     *       "changed_by": "billing-cron",
                      *       "db_time": "2026-11-29T09:14:03.201Z"
                      *     }
                      */
@@ -3895,7 +4253,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -4067,7 +4448,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -4195,7 +4599,30 @@ export interface operations {
                     "application/json": components["schemas"]["InvalidRequestError"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `rate_limited`: the caller is over its quota of requests per second (servers with quotas only). */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds until a request passes again.
+                     * @example 1
+                     */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "code": "rate_limited",
+                     *         "message": "'billing-cron' is over its quota of 5 requests per second (burst 10); retry after 1 s",
+                     *         "retry_after": 1
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RateLimitedError"];
+                };
+            };
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**
@@ -4267,7 +4694,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; retry after `Retry-After` seconds. */
+            /** @description `storage_unavailable`: the database cannot be reached or is not migrated; `issuer_unavailable`: the keys of the caller's JWT issuer could never be fetched (docs/auth.md). Retry after `Retry-After` seconds. */
             503: {
                 headers: {
                     /**

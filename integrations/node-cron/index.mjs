@@ -12,6 +12,7 @@
 // emits execution:skipped with reason 'coordinator-error'. With failOpen: true it logs a warning and runs the tick
 // without a lock instead. Only the standard library: fetch, AbortSignal.timeout.
 
+import { readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
 
 /** @typedef {import('node-cron').RunCoordinator} RunCoordinator */
@@ -21,6 +22,8 @@ import { hostname } from 'node:os';
  * @typedef {object} CoordinatorOptions
  * @property {string} [url] the service, default SCHEDLOCK_URL or http://127.0.0.1:8000
  * @property {string} [token] the API token, default SCHEDLOCK_TOKEN
+ * @property {string} [tokenFile] a file holding the token, read again whenever it changes (a Kubernetes projected
+ *   service-account token), default SCHEDLOCK_TOKEN_FILE; used when no token is given
  * @property {number} [timeoutMs] per request, default 10000
  * @property {string} [holder] who holds the lock, shown to other nodes, default "node-cron on HOST pid PID"
  * @property {(taskName: string) => string} [lockName] the lock of a task, default the task's name
@@ -61,9 +64,46 @@ export function parseKey(key) {
   return { task: match[1], tick: match[2] };
 }
 
+/**
+ * A token kept in a file its platform rotates: read now (a missing file throws at once), and again whenever the
+ * file's mtime, size or inode change (a projected volume swaps a symlink). A file unreadable after a good read keeps
+ * the last token.
+ */
+export class TokenFile {
+  #path;
+  #state = '';
+  #token = '';
+
+  /** @param {string} path */
+  constructor(path) {
+    this.#path = path;
+    this.#state = this.#read(true);
+  }
+
+  /** @returns {string} the current token */
+  get token() {
+    this.#state = this.#read(false);
+    return this.#token;
+  }
+
+  /** @param {boolean} first @returns {string} */
+  #read(first) {
+    try {
+      const st = statSync(this.#path, { bigint: true });
+      const state = `${st.mtimeNs}:${st.size}:${st.ino}`;
+      if (state !== this.#state) this.#token = readFileSync(this.#path, 'utf8').trim();
+      return state;
+    } catch (error) {
+      if (first) throw error;
+      return this.#state;
+    }
+  }
+}
+
 /** @implements {RunCoordinator} */
 export class SchedlockCoordinator {
   #url;
+  /** @type {string | TokenFile | undefined} */
   #token;
   #timeoutMs;
   #holder;
@@ -77,6 +117,7 @@ export class SchedlockCoordinator {
   constructor({
     url = process.env.SCHEDLOCK_URL || 'http://127.0.0.1:8000',
     token = process.env.SCHEDLOCK_TOKEN,
+    tokenFile = process.env.SCHEDLOCK_TOKEN_FILE,
     timeoutMs = 10_000,
     holder = `node-cron on ${hostname()} pid ${process.pid}`,
     lockName = (taskName) => taskName,
@@ -84,7 +125,7 @@ export class SchedlockCoordinator {
     logger = console,
   } = {}) {
     this.#url = url.replace(/\/+$/, '');
-    this.#token = token;
+    this.#token = token || (tokenFile ? new TokenFile(tokenFile) : undefined);
     this.#timeoutMs = timeoutMs;
     this.#holder = holder;
     this.#lockName = lockName;
@@ -178,7 +219,8 @@ export class SchedlockCoordinator {
   async #call(target, body) {
     /** @type {Record<string, string>} */
     const headers = { accept: 'application/json', 'content-type': 'application/json' };
-    if (this.#token) headers.authorization = `Bearer ${this.#token}`;
+    const token = typeof this.#token === 'string' ? this.#token : this.#token?.token;
+    if (token) headers.authorization = `Bearer ${token}`;
     let response, json;
     try {
       const signal = AbortSignal.timeout(this.#timeoutMs);

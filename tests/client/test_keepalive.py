@@ -23,6 +23,7 @@ from schedlock import (
     LockHeld,
     LockLost,
     NotHolder,
+    RateLimited,
     ServiceUnreachable,
     assert_locked,
 )
@@ -142,8 +143,11 @@ class FlakyExtensions(httpx.BaseTransport):
         if request.url.path.endswith("/extend"):
             self.extends += 1
             if self.extends <= self.failures:
-                raise httpx.ConnectError("connection refused", request=request)
+                return self.fail(request)
         return self.real.handle_request(request)
+
+    def fail(self, request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
 
     def close(self) -> None:
         self.real.close()
@@ -158,6 +162,32 @@ def test_a_network_blip_is_retried_while_the_lease_surely_lives(url: str, name: 
         assert lease.state is LeaseState.HELD
         with pytest.raises(LockHeld):
             client.acquire(name, "2s")
+
+
+class QuotaExtensions(FlakyExtensions):
+    """Extension requests answered 429 rate_limited ``failures`` times, as a server does to a caller over its quota."""
+
+    def fail(self, request: httpx.Request) -> httpx.Response:
+        body = {"error": {"code": "rate_limited", "message": "over its quota", "retry_after": 1}}
+        return httpx.Response(429, json=body, headers={"Retry-After": "1"}, request=request)
+
+
+@pytest.mark.usefixtures("fast_keep_alive")
+def test_an_extension_over_the_quota_is_retried_not_taken_for_a_lost_lease(url: str, name: str) -> None:
+    transport = QuotaExtensions(failures=2)
+    with LockClient(url, transport=transport) as client, client.acquire(name, "2s", keep_alive=True) as lease:
+        time.sleep(3)
+        assert transport.extends >= 4  # two answered 429, then the retries and regular extensions went through
+        assert lease.state is LeaseState.HELD
+        with pytest.raises(LockHeld):
+            client.acquire(name, "2s")
+    with LockClient(url, transport=QuotaExtensions(failures=1)) as client:
+        lease = client.acquire(name, "2s")
+        assert lease is not None
+        with pytest.raises(RateLimited):
+            lease.extend()
+        assert lease.state is LeaseState.HELD  # a 429 says nothing of the lease
+        lease.release()
 
 
 @pytest.mark.usefixtures("fast_keep_alive")

@@ -150,7 +150,7 @@ class _LeanEndpoint:
     async def __call__(self, request: Request) -> Response:
         try:
             authorization, content_type = _two_headers(request.scope["headers"])
-            principal = authenticate(request, authorization)  # what the route's bearer dependency does
+            principal = await authenticate(request, authorization)  # what the route's bearer dependency does
             kwargs: dict[str, Any] = {"principal": principal, "request": request}
             raw = await _body(request) if self.body_model is not None else b""
             name = request.path_params["name"]

@@ -53,7 +53,7 @@ def lock_outcome(operation: str, status: int, code: str | None = None) -> str:
         return "slot_done" if code == "slot_done" else "held"
     if status == 404:
         return "not_found" if operation != "acquire" else "invalid"
-    if status in (401, 403):
+    if status in (401, 403, 429):
         return "denied"
     if status >= 500:
         return "error"

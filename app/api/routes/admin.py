@@ -68,6 +68,7 @@ async def force_release(
                 "fields": {
                     "lock": name,
                     "by": by,
+                    "issuer": principal.issuer,
                     "reason": body.reason,
                     "fencing_token": row.fencing_token,
                     "locked_by": row.locked_by,

@@ -7,6 +7,7 @@ generic handling is fine for them. Pages of jobs are by name, pages of ticks by 
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import datetime
 from typing import Annotated
@@ -24,8 +25,10 @@ from app.api.models_history import QueryTime
 from app.api.models_jobs import JobList, JobRequest, JobState, JobView, TickBrief, TickList, TickView
 from app.api.responses import json_response
 from app.api.routes import V1
+from app.api.routes.admin import ANONYMOUS
 from app.api.routes.locks import LockName
 from app.api.routes.runs import run_view
+from app.auth.principal import Principal
 from app.errors import JobNotFound
 from app.jobs.model import DEFAULT_GRACE, expected, parse_grace
 from app.jobs.status import Jobs, JobStatus
@@ -35,6 +38,29 @@ from app.schedules.cron import DEFAULT_TIMEZONE
 
 JOBS = f"{V1}/jobs"
 router = APIRouter(prefix=JOBS, tags=["jobs"], route_class=JsonBodyRoute)
+audit = logging.getLogger("schedlock.audit")
+
+
+def _audit(action: str, name: str, principal: Principal, request: Request, **fields: object) -> None:
+    """One audit line for a change of a job, with who made it (as force-release logs its own)."""
+    by = principal.name or ANONYMOUS
+    client = request.client.host if request.client else None
+    audit.info(
+        "job %s of %r by %s",
+        action,
+        name,
+        by,
+        extra={
+            "fields": {
+                "action": f"job_{action}",
+                "job": name,
+                "by": by,
+                "issuer": principal.issuer,
+                "client": client,
+                **fields,
+            }
+        },
+    )
 
 
 class _JobPath(PathConvertor):
@@ -78,6 +104,7 @@ def job_view(status: JobStatus) -> JobView:
         next_tick=status.next_tick,
         last_completed_at=status.last_completed_at,
         expected_since=job.expected_since,
+        changed_by=job.changed_by,
         created_at=job.created_at,
         updated_at=job.updated_at,
         db_time=status.db_time,
@@ -146,8 +173,9 @@ async def put_job(name: LockName, body: JobRequest, principal: PrincipalDep, req
     grace = parse_grace(body.grace) if body.grace is not None else DEFAULT_GRACE
     jobs = jobs_of(request)
     job, db_time = await jobs.store.put(
-        name, schedule.expression, timezone, grace, body.description, body.paused, body.public
+        name, schedule.expression, timezone, grace, body.description, body.paused, body.public, principal.name
     )
+    _audit("put", name, principal, request, schedule=job.schedule, timezone=job.timezone, paused=job.paused)
     (status,) = await jobs.statuses([job], db_time)
     return json_response(job_view(status))
 
@@ -184,14 +212,16 @@ async def delete_job(name: LockName, principal: PrincipalDep, request: Request) 
     principal.require(name, write=True)
     if not await jobs_of(request).store.delete(name):
         raise JobNotFound(f"no job named {name!r}", name=name)
+    _audit("delete", name, principal, request)
     return Response(status_code=204)
 
 
-async def _pause(request: Request, name: str, paused: bool) -> Response:
+async def _pause(request: Request, name: str, paused: bool, principal: Principal) -> Response:
     jobs = jobs_of(request)
-    job, db_time = await jobs.store.set_paused(name, paused)
+    job, db_time = await jobs.store.set_paused(name, paused, principal.name)
     if job is None:
         raise JobNotFound(f"no job named {name!r}", name=name)
+    _audit("pause" if paused else "resume", name, principal, request)
     (status,) = await jobs.statuses([job], db_time)
     return json_response(job_view(status))
 
@@ -206,7 +236,7 @@ async def _pause(request: Request, name: str, paused: bool) -> Response:
 )
 async def pause_job(name: LockName, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
-    return await _pause(request, name, True)
+    return await _pause(request, name, True, principal)
 
 
 @router.post(
@@ -219,7 +249,7 @@ async def pause_job(name: LockName, principal: PrincipalDep, request: Request) -
 )
 async def resume_job(name: LockName, principal: PrincipalDep, request: Request) -> Response:
     principal.require(name, write=True)
-    return await _pause(request, name, False)
+    return await _pause(request, name, False, principal)
 
 
 @router.get(

@@ -260,7 +260,7 @@ async def get_lock(name: RowName, principal: PrincipalDep, request: Request) -> 
         "With a token, only names within its prefixes are listed: a `prefix` outside them gives an empty page."
     ),
     response_model=LockList,
-    responses={**doc.ok(doc.LOCK_LIST), 401: doc.AUTH[401], **doc.BAD_INPUT, **doc.DOWN},
+    responses={**doc.ok(doc.LOCK_LIST), 401: doc.AUTH[401], 429: doc.AUTH[429], **doc.BAD_INPUT, **doc.DOWN},
 )
 async def list_locks(
     store: StoreDep,

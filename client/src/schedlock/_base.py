@@ -49,6 +49,33 @@ DEFAULT_TIMEOUT = 10.0
 RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)
 
 
+class TokenFile:
+    """A bearer token kept in a file its platform rotates (``SCHEDLOCK_TOKEN_FILE``: a Kubernetes projected
+    service-account token, a CI job's OIDC token): read at the first request, and again whenever the file changes
+    (its mtime, size or inode: a projected volume swaps a symlink), so every request sends the current token. A file
+    never read is RequestRejected ``token_file_unreadable`` (a configuration error, as the Go binary says it); one
+    that cannot be read after a good read keeps the last token rather than sending none."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._state: tuple[int, int, int] | None = None
+        self._token = ""
+
+    def read(self) -> str:
+        try:
+            st = os.stat(self.path)
+            if (st.st_mtime_ns, st.st_size, st.st_ino) != self._state:
+                with open(self.path, encoding="utf-8") as file:
+                    self._token = file.read().strip()
+                self._state = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError as exc:
+            if self._state is None:
+                # A configuration error, refused like a wrong token, never an outage (which --fail-open runs through).
+                message = f"{ENV_TOKEN_FILE} {self.path}: cannot read the token: {exc.strerror or exc}"
+                raise RequestRejected(message, status=0, code="token_file_unreadable") from None
+        return self._token
+
+
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
     """Resolved client settings: arguments first, then ``SCHEDLOCK_URL`` / ``SCHEDLOCK_TOKEN`` /
@@ -59,7 +86,7 @@ class ClientConfig:
     timeout: httpx.Timeout
     holder: str | None
     on_unavailable: OnUnavailable
-    token_file: str | None = None
+    token_file: TokenFile | None = field(default=None, repr=False)
 
     @classmethod
     def resolve(
@@ -72,32 +99,23 @@ class ClientConfig:
     ) -> ClientConfig:
         url = base_url or os.environ.get(ENV_URL) or DEFAULT_URL
         token = token if token is not None else (os.environ.get(ENV_TOKEN) or None)
+        token_file = os.environ.get(ENV_TOKEN_FILE)
         return cls(
             base_url=url.rstrip("/"),
             token=token,
             timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout or DEFAULT_TIMEOUT),
             holder=clean_holder(holder) if holder else None,
             on_unavailable=OnUnavailable(on_unavailable),
-            token_file=(os.environ.get(ENV_TOKEN_FILE) or None) if token is None else None,
+            token_file=TokenFile(token_file) if token is None and token_file else None,
         )
 
     def headers(self) -> dict[str, str]:
         headers = {"User-Agent": f"schedlock-python/{__version__}", "Accept": "application/json"}
-        token = self.token if self.token_file is None else _read_token_file(self.token_file)
+        token = self.token or (self.token_file.read() if self.token_file is not None else None)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-
-def _read_token_file(path: str) -> str:
-    """The token in ``path``, read now (a rotated file is picked up at the next request). A file that cannot be read
-    is a configuration error, refused like a wrong token, never an outage (which --fail-open would run through)."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            return file.read().strip()
-    except OSError as exc:
-        message = f"{ENV_TOKEN_FILE} {path}: cannot read the token: {exc.strerror or exc}"
-        raise RequestRejected(message, status=0, code="token_file_unreadable") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,6 +205,13 @@ class Forbidden(RequestRejected):
     code = "forbidden"
 
 
+class RateLimited(RequestRejected):
+    """The caller is over its quota of requests per second; ``retry_after`` says when a request passes again."""
+
+    status = 429
+    code = "rate_limited"
+
+
 class NotFound(RequestRejected):
     """No such route: the base URL probably does not point at a schedlock service."""
 
@@ -242,6 +249,14 @@ class StorageUnavailable(ServerError):
     code = "storage_unavailable"
 
 
+class IssuerUnavailable(ServerError):
+    """The service cannot fetch the keys of the issuer of this client's JWT (docs/auth.md); ``retry_after`` is its
+    hint in seconds."""
+
+    status = 503
+    code = "issuer_unavailable"
+
+
 class InternalServerError(ServerError):
     status = 500
     code = "internal_error"
@@ -275,11 +290,13 @@ ERROR_CLASSES: Mapping[str, type[APIError]] = MappingProxyType(
             JobNotFound,
             Unauthorized,
             Forbidden,
+            RateLimited,
             NotFound,
             MethodNotAllowed,
             PayloadTooLarge,
             UnsupportedMediaType,
             StorageUnavailable,
+            IssuerUnavailable,
             InternalServerError,
         )
     }

@@ -38,6 +38,7 @@ from schedlock._exceptions import (
     LockLost,
     NotHolder,
     NotLocked,
+    RateLimited,
     SchedlockError,
     ServiceUnavailable,
     SlotDone,
@@ -335,7 +336,7 @@ class Lease(LeaseBase):
         started = time.monotonic()
         try:
             result = self._client.extend(self.name, self.token, at_most, at_least)
-        except ServiceUnavailable:
+        except (ServiceUnavailable, RateLimited):  # not refused: the lease may well live, try again
             raise
         except SchedlockError as exc:
             self._lose(f"extension refused ({exc})", exc)
@@ -371,7 +372,7 @@ class Lease(LeaseBase):
         while self.state is LeaseState.HELD and self._keeper.pause(self._plan.delay(time.monotonic())):
             try:
                 self.extend()
-            except ServiceUnavailable as exc:
+            except (ServiceUnavailable, RateLimited) as exc:  # a 429 is no verdict on the lease either
                 if not self._plan.retry_after_failure(time.monotonic()):
                     self._lose("could not be extended before it ran out", exc)
                     return

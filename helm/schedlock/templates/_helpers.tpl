@@ -112,8 +112,8 @@ no existingSecret); else existingSecret. So existingSecret can be a database ope
 {{- if not .Values.database.url }}
 {{- fail "set database.url (postgresql://user:password@host:5432/db), or existingSecret with a Secret that holds it" }}
 {{- end }}
-{{- if and .Values.auth.enabled (not .Values.auth.tokens) (not .Values.auth.existingSecret) }}
-{{- fail "set auth.tokens (the tokens file; see the chart README), or existingSecret or auth.existingSecret, or auth.enabled=false to run without authentication" }}
+{{- if and .Values.auth.enabled (not .Values.auth.tokens) (not .Values.auth.existingSecret) (not .Values.auth.workloadIdentity.enabled) }}
+{{- fail "set auth.tokens (the tokens file; see the chart README), or existingSecret or auth.existingSecret, or auth.workloadIdentity.enabled, or auth.enabled=false to run without authentication" }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -138,6 +138,9 @@ SCHEDLOCK_LOG_FORMAT: {{ .Values.config.logFormat | quote }}
 SCHEDLOCK_HISTORY_RETENTION: {{ .Values.config.historyRetention | quote }}
 {{- if .Values.auth.enabled }}
 SCHEDLOCK_TOKENS_FILE: {{ include "schedlock.tokensFile" . | quote }}
+{{- if .Values.auth.workloadIdentity.enabled }}
+SCHEDLOCK_TOKENS: {{ include "schedlock.workloadIdentity" . | quote }}
+{{- end }}
 {{- else }}
 SCHEDLOCK_ALLOW_UNAUTHENTICATED: "true"
 {{- end }}
@@ -153,4 +156,19 @@ securityContext:
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end }}
+
+{{/* Where the server's own service-account token and the cluster's CA are projected (workload identity's fetches). */}}
+{{- define "schedlock.kubeApiDir" -}}/var/run/secrets/schedlock/kubernetes{{- end }}
+
+{{/* The cluster's issuer and the bindings, as the inline configuration (SCHEDLOCK_TOKENS; docs/auth.md). */}}
+{{- define "schedlock.workloadIdentity" -}}
+{{- $wi := .Values.auth.workloadIdentity }}
+{{- $dir := include "schedlock.kubeApiDir" . }}
+{{- $issuer := dict "name" "cluster" "issuer" $wi.issuer "audiences" (list $wi.audience) "jwks_url" $wi.jwksUrl "ca_file" (printf "%s/ca.crt" $dir) "fetch_token_file" (printf "%s/token" $dir) }}
+{{- $bindings := list }}
+{{- range $wi.bindings }}
+{{- $bindings = append $bindings (merge (dict "issuer" "cluster") (deepCopy .)) }}
+{{- end }}
+{{- dict "issuers" (list $issuer) "bindings" $bindings | toJson }}
 {{- end }}

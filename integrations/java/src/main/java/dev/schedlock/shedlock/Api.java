@@ -9,6 +9,7 @@ import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Map;
+import java.util.function.Supplier;
 
 /** schedlock's lock endpoints over the JDK's HttpClient: one POST, one answer, no retry unless asked. */
 final class Api {
@@ -32,11 +33,11 @@ final class Api {
     }
 
     private final URI base;
-    private final String token;
+    private final Supplier<String> token;
     private final Duration requestTimeout;
     private final HttpClient http;
 
-    Api(URI base, String token, Duration connectTimeout, Duration requestTimeout) {
+    Api(URI base, Supplier<String> token, Duration connectTimeout, Duration requestTimeout) {
         this.base = base;
         this.token = token;
         this.requestTimeout = requestTimeout;
@@ -59,8 +60,9 @@ final class Api {
                 .header("Content-Type", "application/json")
                 .header("Accept", "application/json")
                 .POST(HttpRequest.BodyPublishers.ofString(Json.object(fields), StandardCharsets.UTF_8));
-        if (token != null && !token.isEmpty()) {
-            request.header("Authorization", "Bearer " + token);
+        String bearer = token.get();
+        if (bearer != null && !bearer.isEmpty()) {
+            request.header("Authorization", "Bearer " + bearer);
         }
         HttpResponse<String> response;
         try {

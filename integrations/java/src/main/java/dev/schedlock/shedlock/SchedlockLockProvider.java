@@ -3,6 +3,7 @@ package dev.schedlock.shedlock;
 import java.net.InetAddress;
 import java.net.URI;
 import java.net.UnknownHostException;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.HashMap;
@@ -42,7 +43,8 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
     private final Map<String, Tick> ticks;
 
     private SchedlockLockProvider(Builder builder) {
-        this.api = new Api(URI.create(builder.url), builder.token, builder.connectTimeout, builder.requestTimeout);
+        this.api = new Api(URI.create(builder.url), builder.tokenSource(), builder.connectTimeout,
+                builder.requestTimeout);
         this.holder = builder.holder;
         this.ticks = Map.copyOf(builder.ticks);
     }
@@ -126,6 +128,7 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
     public static final class Builder {
         private String url;
         private String token;
+        private Path tokenFile;
         private String holder;
         private Duration connectTimeout = Duration.ofSeconds(5);
         private Duration requestTimeout = Duration.ofSeconds(10);
@@ -144,6 +147,23 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
         public Builder token(String token) {
             this.token = token;
             return this;
+        }
+
+        /**
+         * A file holding the API token, read again whenever it changes (a Kubernetes projected service-account
+         * token, {@code docs/auth.md}); default SCHEDLOCK_TOKEN_FILE. Used when no token is given.
+         */
+        public Builder tokenFile(Path tokenFile) {
+            this.tokenFile = tokenFile;
+            return this;
+        }
+
+        Supplier<String> tokenSource() {
+            if (token != null && !token.isEmpty()) {
+                String fixed = token;
+                return () -> fixed;
+            }
+            return tokenFile != null ? new TokenFile(tokenFile) : () -> null;
         }
 
         /** Free text recorded in {@code locked_by} with each lease's id; default the host name and the JVM's pid. */
@@ -214,6 +234,10 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
             }
             if (token == null) {
                 token = System.getenv("SCHEDLOCK_TOKEN");
+            }
+            if (tokenFile == null && System.getenv("SCHEDLOCK_TOKEN_FILE") != null
+                    && !System.getenv("SCHEDLOCK_TOKEN_FILE").isBlank()) {
+                tokenFile = Path.of(System.getenv("SCHEDLOCK_TOKEN_FILE"));
             }
             if (holder == null) {
                 holder = defaultHolder();

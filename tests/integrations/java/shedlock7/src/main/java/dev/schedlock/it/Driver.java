@@ -37,6 +37,8 @@ public final class Driver {
     private static final Map<String, SimpleLock> JDBC_LOCKS = new HashMap<>();
     private static LockProvider jdbc;
 
+    private static final Map<String, SchedlockLockProvider> KEPT = new HashMap<>();
+
     private Driver() {
     }
 
@@ -59,6 +61,8 @@ public final class Driver {
     private static Map<String, Object> command(String[] a) throws Throwable {
         return switch (a[0]) {
             case "run" -> run(provider(a[1]), a[2], ms(a[3]), ms(a[4]), a.length > 5 && a[5].equals("throw"));
+            // the same provider each time: SCHEDLOCK_TOKEN_FILE read again when it rotates (docs/auth.md)
+            case "run-kept" -> run(KEPT.computeIfAbsent(a[1], Driver::provider), a[2], ms(a[3]), ms(a[4]), false);
             case "contend" -> contend(a[1], a[2]);
             case "extend" -> extend(a[1], a[2]);
             case "extend-expired" -> extendExpired(a[1], a[2]);
