@@ -117,7 +117,6 @@ class ClientConfig:
         return headers
 
 
-
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     """One API operation, ready to send: ``parse`` reads the JSON of a 2xx answer."""
