@@ -28,7 +28,7 @@ from app.auth.tokens import hash_secret
 from app.main import create_app
 from app.settings import Settings
 
-OPENAPI = Path(__file__).parent.parent / "openapi" / "openapi.json"
+OPENAPI = Path(__file__).parents[2] / "openapi" / "openapi.json"
 SECRET = "fuzz-secret-" + "f" * 40
 
 

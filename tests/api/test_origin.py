@@ -159,7 +159,7 @@ def test_anything_but_an_origin_is_refused_at_start_up(bad: str) -> None:
 
 def test_the_docs_examples_run(settings: Settings) -> None:
     """docs/cors.md's shell blocks, as written: the setting, then the preflight, against a real server."""
-    text = (Path(__file__).parent.parent / "docs" / "cors.md").read_text()
+    text = (Path(__file__).parents[2] / "docs" / "cors.md").read_text()
     setting, preflight = re.findall(r"```sh\n(.*?)```", text, re.S)
     origins = re.fullmatch(r'export SCHEDLOCK_ALLOWED_ORIGINS="([^"]+)"\n', setting)
     assert origins is not None, setting

@@ -14,7 +14,7 @@ from app.main import create_app
 from app.settings import Settings
 from tests.support.apps import in_process
 
-OPENAPI = Path(__file__).parent.parent / "openapi" / "openapi.json"
+OPENAPI = Path(__file__).parents[2] / "openapi" / "openapi.json"
 
 
 async def test_healthz_and_readyz(client: httpx.AsyncClient) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from app.settings import Settings
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 #: Every page that may name a variable: the docs, the READMEs (the chart's too), the contributors' guide.
 PAGES = [

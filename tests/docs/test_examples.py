@@ -42,7 +42,7 @@ from tests.support.api import seconds
 from tests.support.apps import migrated_table
 from tests.support.servers import LiveServer, free_port, start_server, stop_server
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "client" / "README.md"]
 #: (file, a line of the block) -> why it cannot run in a test. Keep this short: everything else runs.
 EXCLUDED = {

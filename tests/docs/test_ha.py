@@ -18,7 +18,7 @@ from tests.support.api import acquire
 from tests.support.docs import page_block, page_blocks
 from tests.support.helm import FULLNAME, one, render
 
-PAGE = Path(__file__).parent.parent / "docs" / "high-availability.md"
+PAGE = Path(__file__).parents[2] / "docs" / "high-availability.md"
 
 
 def blocks(language: str) -> list[str]:

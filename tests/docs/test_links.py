@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 PAGES = sorted(
     [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md"), ROOT / "client" / "README.md", *ROOT.glob("helm/*/README.md")]
 )

@@ -1,7 +1,7 @@
 """Strict tooling is part of the suite: ruff (lint and format), mypy --strict and the import contracts of app/
 (import-linter, ``[tool.importlinter]`` in pyproject.toml) must be clean, and the tests keep their layout: helpers
 in tests/support/ (and the fault campaign's harness, tests/chaos/), fixtures in conftest.py files, no test module
-importing another or a conftest."""
+importing another or a conftest, and a module wholly of the system tier under tests/system/."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 @pytest.mark.parametrize(
@@ -106,3 +106,43 @@ def test_the_layout_check_lets_helpers_from_tests_support_through() -> None:
 def test_the_layout_check_lets_the_fault_campaign_through() -> None:
     source = "from tests.chaos.checker import check\nfrom tests import chaos\nimport tests.chaos.campaign\n"
     assert layout_violations("tests.test_chaos", source) == []
+
+
+# --- the system tier's folder ------------------------------------------------------------------------------------
+
+
+def whole_module_marks(source: str) -> list[int]:
+    """Lines where ``source`` marks all its tests at once (``pytestmark = ...``) with the system marker."""
+    found = []
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        named = any(isinstance(target, ast.Name) and target.id == "pytestmark" for target in node.targets)
+        if named and "system" in ast.unparse(node.value):
+            found.append(node.lineno)
+    return found
+
+
+def test_a_module_wholly_of_the_system_tier_lives_in_tests_system() -> None:
+    """tests/conftest.py marks every test under tests/system/ as system; a module elsewhere marks only the few tests
+    of its own that need more, so the folder says which tier a module belongs to."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        if not path.is_relative_to(ROOT / "tests" / "system")
+        for line in whole_module_marks(path.read_text())
+    ]
+    assert found == [], "move these modules under tests/system/:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "lines"),
+    [
+        ("import pytest\npytestmark = pytest.mark.system\n", [2]),
+        ("import pytest\npytestmark = [pytest.mark.system, pytest.mark.slow]\n", [2]),
+        ("import pytest\n\n@pytest.mark.system\ndef test_x() -> None: ...\n", []),
+        ("import pytest\npytestmark = pytest.mark.filterwarnings('ignore')\n", []),
+    ],
+)
+def test_the_tier_check_sees_a_module_marked_whole(source: str, lines: list[int]) -> None:
+    assert whole_module_marks(source) == lines

@@ -10,7 +10,7 @@ import yaml
 import app
 import schedlock
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def _project_version(pyproject: Path) -> str:

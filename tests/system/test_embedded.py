@@ -17,8 +17,6 @@ import pytest
 
 from tests.support.servers import LiveServer, free_port, spawn_server, stop_server, wait_for
 
-pytestmark = pytest.mark.system  # the embedded pgserver database started and stopped
-
 
 def _postmaster_pid(data_dir: Path) -> int | None:
     try:

@@ -24,8 +24,6 @@ from tests.support.api import ts
 from tests.support.faketime import libfaketime
 from tests.support.servers import LiveServer, start_server, stop_server
 
-pytestmark = pytest.mark.system  # server processes, one under libfaketime, and waits on the wall clock
-
 
 @dataclass
 class Nodes:

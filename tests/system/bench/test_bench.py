@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import pytest
 
 from bench import about, compare, dbcpu
 from bench.__main__ import _parser
@@ -24,9 +23,7 @@ from bench.summary import what_waits
 from bench.targets import evaluate
 from tests.support.pgcluster import PgCluster
 
-pytestmark = pytest.mark.system  # the benchmark's smoke run (wrk, a server, its own schema)
-
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[3]
 
 
 def _latency(figure: dict[str, Any]) -> None:
@@ -287,7 +284,6 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.system
 def test_the_backends_of_a_client_on_a_unix_socket_are_found() -> None:
     # The embedded cluster (the benchmark's default database) listens on a Unix socket only: a server's backends
     # were not found there, and "server + Postgres" was the server alone.

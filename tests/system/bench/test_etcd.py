@@ -17,8 +17,6 @@ import pytest
 from bench import etcd as peer
 from bench.loadgen import Load, run_wrk
 
-pytestmark = pytest.mark.system  # a throwaway etcd and wrk
-
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[peer.Etcd]:

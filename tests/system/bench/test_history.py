@@ -9,14 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.databases import schemas_left
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[3]
 
 
-@pytest.mark.system
 def test_the_history_benchmark_runs_pgbench_and_leaves_nothing_behind(database_url: str) -> None:
     command = [sys.executable, "scripts/bench_history.py", "--database-url", database_url]
     done = subprocess.run(

@@ -3,16 +3,14 @@ Nothing here is about speed."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from bench.servers import main, parse_variant
+from bench.servers import main
 
 
-@pytest.mark.system  # wrk, two servers (one with two workers), a schema of its own
 def test_two_variants_alternate_and_each_is_measured_whole(
     database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -38,10 +36,3 @@ def test_two_variants_alternate_and_each_is_measured_whole(
     assert "cycles/s vs first" in printed
     for label in data["variants"]:
         assert "schedlock.access" in (output.with_suffix(f".{label}.log")).read_text()
-
-
-def test_a_variant_is_a_label_and_a_command() -> None:
-    assert parse_variant("granian=granian --port {port} x:y") == ("granian", ["granian", "--port", "{port}", "x:y"])
-    for bad in ("granian", "=granian", "granian=  "):
-        with pytest.raises(argparse.ArgumentTypeError):
-            parse_variant(bad)

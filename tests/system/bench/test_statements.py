@@ -7,11 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.databases import schemas_left
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[3]
 
 
 LABELS = [
@@ -33,7 +31,6 @@ def bench(database_url: str, *extra: str) -> str:
     return done.stdout
 
 
-@pytest.mark.system
 def test_the_statement_benchmark_prints_every_variant_and_leaves_nothing_behind(database_url: str) -> None:
     out = bench(database_url)
     rows = [line for line in out.splitlines() if re.search(r"\d µs +(\d+\.\d\d|nan) +[\d,]+ B$", line)]
@@ -42,7 +39,6 @@ def test_the_statement_benchmark_prints_every_variant_and_leaves_nothing_behind(
     assert schemas_left(database_url, "bench_statements_") == 0
 
 
-@pytest.mark.system
 def test_against_an_older_revision_it_prints_both_and_their_ratio(database_url: str) -> None:
     out = bench(database_url, "--against", "0004")
     rows = [line for line in out.splitlines() if re.search(r"\d µs +(\d+\.\d{3}|nan) +[\d,]+ B +[\d,]+ B$", line)]

@@ -20,8 +20,6 @@ from tests.support.browser import PHONE, Session, chromium, session
 from tests.support.servers import LiveServer, start_server, stop_server
 from tests.support.ui import SECRETS, ui_tokens
 
-pytestmark = pytest.mark.system
-
 #: Skips are counted in memory and written every flush interval: short here, so a test sees them at once.
 FAST_HISTORY = {"SCHEDLOCK_HISTORY_FLUSH_INTERVAL": "0.2"}
 SHOTS = "ui"

@@ -8,13 +8,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-import pytest
 from playwright.async_api import Page, Request, Route, async_playwright
 
 from tests.support.browser import CHROMIUM, FLAGS
 from tests.support.servers import LiveServer
-
-pytestmark = pytest.mark.system  # a real browser (Debian's chromium)
 
 PATHS = {
     "/v1/locks/{name}/acquire",

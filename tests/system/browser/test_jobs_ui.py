@@ -17,7 +17,6 @@ from app.settings import Settings
 from tests.support.browser import PHONE, chromium, session
 from tests.support.servers import LiveServer, start_server, stop_server
 
-pytestmark = pytest.mark.system
 SHOTS = "jobs"
 
 

@@ -19,8 +19,6 @@ from app.settings import Settings
 from tests.support.browser import CHROMIUM, FLAGS
 from tests.support.servers import LiveServer, free_port, start_server, stop_server
 
-pytestmark = pytest.mark.system
-
 ACQUIRE_JS = """async ([url, contentType, mode]) => {
   try {
     const r = await fetch(url, {method: "POST", mode, headers: {"content-type": contentType},

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.chaos.campaign import CampaignConfig, Report, run
 from tests.chaos.checker import Violation
-
-pytestmark = pytest.mark.system  # a throwaway cluster, server and client processes, about a minute of faults
 
 
 def test_a_short_seeded_campaign_finds_no_violation(tmp_path: Path) -> None:

@@ -32,8 +32,6 @@ from tests.support.helm import (
     values,
 )
 
-pytestmark = pytest.mark.system  # the chart rendered and validated with helm-python-sdk and kubernetes-validate
-
 HOOK_PHASES = {"pre-install", "pre-upgrade"}
 #: Kinds of prometheus-operator's CRDs, which kubernetes-validate has no schema for (checked here and in
 #: tests/test_helm_monitoring.py instead).

@@ -20,9 +20,7 @@ from tests.support.cli import SCHEDLOCK
 from tests.support.helm import KUBE_VERSIONS
 from tests.support.servers import LiveServer, start_server, stop_server
 
-pytestmark = pytest.mark.system  # kubernetes-validate, and the CronJob command against a server process
-
-README = Path(__file__).parent.parent / "helm" / "schedlock" / "README.md"
+README = Path(__file__).parents[3] / "helm" / "schedlock" / "README.md"
 
 
 def manifests() -> list[dict[str, Any]]:

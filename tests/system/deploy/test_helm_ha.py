@@ -9,13 +9,10 @@ import base64
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
 from pydantic import SecretStr
 
 from app.settings import Settings
 from tests.support.helm import FULLNAME, SCENARIOS, one, render, values
-
-pytestmark = pytest.mark.system  # the Helm SDK renders the chart
 
 
 def database_url_refs(objects: list[dict[str, Any]]) -> list[dict[str, str]]:

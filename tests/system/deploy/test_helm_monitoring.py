@@ -21,8 +21,6 @@ import yaml
 from app.ops.metrics import LATENCY_BUCKETS
 from tests.support.helm import CHART, FULLNAME, NAMESPACE, kinds, one, render, values
 
-pytestmark = pytest.mark.system
-
 PROMTOOL = "/usr/bin/promtool"  # Debian's prometheus package (scripts/test installs it)
 DASHBOARD = CHART / "dashboards" / "schedlock.json"
 ALERTS = {

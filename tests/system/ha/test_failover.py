@@ -35,8 +35,6 @@ from app.settings import Settings
 from tests.support.replication import ReplicatedPair, replicated_pair
 from tests.support.servers import LiveServer, start_server, stop_server
 
-pytestmark = pytest.mark.system
-
 TIMEOUTS = {
     "SCHEDLOCK_DB_CONNECT_TIMEOUT": "1",
     "SCHEDLOCK_DB_STATEMENT_TIMEOUT": "1",

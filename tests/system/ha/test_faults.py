@@ -30,8 +30,6 @@ from tests.support.faultproxy import FaultProxy
 from tests.support.pgcluster import PgCluster
 from tests.support.servers import start_server, stop_server
 
-pytestmark = pytest.mark.system  # throwaway Postgres clusters, frozen and restarted
-
 TIMEOUTS = {"db_connect_timeout": 1.0, "db_statement_timeout": 1.0, "db_pool_timeout": 1.0}
 #: The promise: pool wait (which includes connecting) + statement timeout + 1 s client-side grace.
 BOUND = TIMEOUTS["db_pool_timeout"] + TIMEOUTS["db_statement_timeout"] + 1.0

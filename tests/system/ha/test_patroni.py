@@ -36,8 +36,6 @@ from tests.support.leaseload import LeaseLoad, check_leases
 from tests.support.patroni import PatroniCluster, alive, patroni_cluster, poll
 from tests.support.servers import LiveServer, start_server, stop_server
 
-pytestmark = pytest.mark.system
-
 MODES = os.environ.get("SCHEDLOCK_PATRONI_MODES", "synchronous").split(",")
 FAULTS = os.environ.get("SCHEDLOCK_PATRONI_FAULTS", "switchover,kill_postgres,kill_patroni").split(",")
 TIMEOUTS = {

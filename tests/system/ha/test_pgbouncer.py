@@ -19,8 +19,6 @@ from tests.support.apps import drop_schema, in_process, make_settings
 from tests.support.databases import scratch_database, with_database
 from tests.support.pgbouncer import pgbouncer
 
-pytestmark = pytest.mark.system
-
 WINDOW = {"lock_at_most_for": "PT1M"}
 
 

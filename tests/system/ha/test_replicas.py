@@ -29,8 +29,6 @@ from tests.support.faketime import libfaketime
 from tests.support.pgcluster import PgCluster
 from tests.support.servers import LiveServer, start_server, stop_server
 
-pytestmark = pytest.mark.system  # a throwaway cluster and several server processes, one under libfaketime
-
 
 @dataclass
 class Replicas:

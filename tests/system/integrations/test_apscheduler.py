@@ -5,13 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from schedlock import LockClient
 from tests.support.schedulers import by_tick, nodes
 from tests.support.servers import LiveServer, free_port
-
-pytestmark = pytest.mark.system
 
 
 def test_two_schedulers_run_each_tick_once(live_server: LiveServer, tmp_path: Path) -> None:

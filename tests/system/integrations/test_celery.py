@@ -8,13 +8,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
-
 from schedlock import LockClient
 from tests.support.schedulers import by_tick, nodes
 from tests.support.servers import LiveServer, free_port
-
-pytestmark = pytest.mark.system
 
 
 def test_two_beats_active_active_run_each_tick_once_and_retry_a_failed_run_on_its_tick(

@@ -6,12 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
 from tests.support.schedulers import by_tick, nodes
 from tests.support.servers import LiveServer, free_port
-
-pytestmark = pytest.mark.system
 
 
 def test_two_nodes_run_each_tick_once_and_retry_a_failed_run_on_its_tick(

@@ -13,8 +13,6 @@ from app.settings import Settings
 from tests.support.servers import LiveServer
 from tests.support.shedlock_provider import Driver, acquire, build, jdbc_url, lock_row, lock_runs, release, when
 
-pytestmark = pytest.mark.system
-
 HOST = "java-host-7"
 
 

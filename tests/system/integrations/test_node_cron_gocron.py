@@ -23,8 +23,6 @@ from tests.support.polyglot import row as lock_row
 from tests.support.schedulers_js_go import GOCRON, Example, Scheduler, build_gocron, build_node_cron, tool
 from tests.support.servers import LiveServer, free_port
 
-pytestmark = pytest.mark.system  # npm ci, go build, and scheduler processes on real-time schedules
-
 EVERY_2S = "*/2 * * * * *"
 EVERY_1S = "* * * * * *"
 #: What each adapter's example calls a skipped run: another scheduler runs or ran the tick / schedlock is down.

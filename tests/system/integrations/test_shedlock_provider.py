@@ -24,8 +24,6 @@ from tests.support.servers import (
 from tests.support.shedlock_provider import Driver, acquire, build, lock_runs, when
 from tests.support.shedlock_provider import lock_row as lock
 
-pytestmark = pytest.mark.system
-
 
 @pytest.fixture(scope="module")
 def driver() -> Iterator[Driver]:

@@ -17,8 +17,6 @@ from app.settings import Settings
 from tests.support.servers import LiveServer
 from tests.support.shedlock_provider import Build, Jvm, all_runs, build, jdbc_url, start_jvm, stop_jvm, when
 
-pytestmark = pytest.mark.system
-
 MAIN = "dev.schedlock.it.boot.App"
 
 

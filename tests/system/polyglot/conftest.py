@@ -1,19 +1,15 @@
-"""Fixtures for the polyglot tests: a live server that requires API tokens, and the example clients of each
-language built (outside the repository) into programs the tests run. Their helpers (the token, the build tools, the
-Program a built driver is) are in tests/support/polyglot.py.
+"""Fixtures for the polyglot tests: the example clients of each language built (outside the repository) into
+programs the tests run. Their server (one that requires API tokens, ``poly_server``) is in tests/conftest.py, their
+helpers (the token, the build tools, the Program a built driver is) in tests/support/polyglot.py.
 """
 
 from __future__ import annotations
 
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
-from tests.support.apps import migrated_table
 from tests.support.polyglot import (
     DRIVERS,
     EXAMPLES,
@@ -23,30 +19,7 @@ from tests.support.polyglot import (
     go_env,
     java_command,
     require,
-    token_config,
 )
-from tests.support.servers import LiveServer, start_server, stop_server
-
-
-@pytest.fixture(scope="package")
-def poly_settings(database_url: str) -> Iterator[Settings]:
-    """A lock table of these tests' own: the runnable examples all take "nightly-report", which other tests use."""
-    with migrated_table(database_url, "test_poly") as settings:
-        yield settings
-
-
-@pytest.fixture(scope="package")
-def poly_server(poly_settings: Settings) -> Iterator[LiveServer]:
-    """A `schedlock-server serve` process that requires an API token on every /v1 request."""
-    server = start_server(poly_settings, {"SCHEDLOCK_TOKENS": token_config()})
-    yield server
-    stop_server(server)
-
-
-@pytest.fixture
-def poly_name() -> str:
-    """A lock name within the token's prefixes that no other test uses."""
-    return f"poly.{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,6 @@ from tests.support.api import seconds
 from tests.support.polyglot import SECRET, Program, bearer, row
 from tests.support.servers import LiveServer, free_port
 
-pytestmark = pytest.mark.system  # the Java, Go and Node examples built and run (a JDK, Go, Node.js)
-
 
 def acquire(server: LiveServer, name: str, at_most: str = "1m") -> httpx.Response:
     body = {"lock_at_most_for": at_most, "holder": "the test"}

@@ -13,8 +13,6 @@ import pytest
 
 from tests.support.polyglot import EXAMPLES, ROOT, build, require
 
-pytestmark = pytest.mark.system  # npm, openapi-typescript and tsc
-
 NODE = EXAMPLES / "node"
 CHECKED = ["schedlock.mjs", "nightly-report.mjs", "tsconfig.json"]
 

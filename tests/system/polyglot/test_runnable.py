@@ -8,12 +8,9 @@ import subprocess
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.support.polyglot import DRIVERS, EXAMPLES, Program, bearer, go_env, go_vars, node_command, require
 from tests.support.servers import LiveServer, free_port
-
-pytestmark = pytest.mark.system  # the runnable examples in Java, Go and Node
 
 
 def documented(go_build: Path) -> tuple[Program, Program, Program]:

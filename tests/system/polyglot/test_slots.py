@@ -3,12 +3,8 @@ completed one makes every later attempt skip, and the lease says which tick it r
 
 from __future__ import annotations
 
-import pytest
-
 from tests.support.polyglot import Program, row
 from tests.support.servers import LiveServer
-
-pytestmark = pytest.mark.system  # the Java, Go and Node examples built and run (a JDK, Go, Node.js)
 
 
 def test_a_tick_of_ones_own_runs_once_and_a_failure_leaves_it_open(

@@ -4,4 +4,4 @@ go 1.19
 
 require example.com/schedlock v0.0.0
 
-replace example.com/schedlock => ../../../examples/go
+replace example.com/schedlock => ../../../../examples/go

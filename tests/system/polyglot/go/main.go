@@ -1,4 +1,4 @@
-// Command driver drives examples/go for tests/polyglot: each scenario prints one JSON object on stdout.
+// Command driver drives examples/go for tests/system/polyglot: each scenario prints one JSON object on stdout.
 //
 //	driver cycle NAME
 //	driver execute NAME AT_MOST_MS AT_LEAST_MS ok|throw|panic

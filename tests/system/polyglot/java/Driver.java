@@ -1,4 +1,4 @@
-// Drives examples/java/SchedLock.java for tests/polyglot: each scenario prints one JSON object on stdout.
+// Drives examples/java/SchedLock.java for tests/system/polyglot: each scenario prints one JSON object on stdout.
 //   java Driver cycle NAME
 //   java Driver execute NAME AT_MOST_MS AT_LEAST_MS ok|throw
 //   java Driver tick NAME ok|throw slot KEY  |  java Driver tick NAME ok|throw once-per CRON ZONE

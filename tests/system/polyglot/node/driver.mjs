@@ -1,8 +1,8 @@
-// Drives examples/node/schedlock.mjs for tests/polyglot: each scenario prints one JSON object on stdout.
+// Drives examples/node/schedlock.mjs for tests/system/polyglot: each scenario prints one JSON object on stdout.
 //   node driver.mjs cycle NAME
 //   node driver.mjs execute NAME AT_MOST_MS AT_LEAST_MS ok|throw
 //   node driver.mjs tick NAME ok|throw slot KEY  |  node driver.mjs tick NAME ok|throw once-per CRON ZONE
-import { assertLocked, RequestRejectedError, SchedLock, withLock } from '../../../examples/node/schedlock.mjs';
+import { assertLocked, RequestRejectedError, SchedLock, withLock } from '../../../../examples/node/schedlock.mjs';
 
 async function cycle(name) {
   const client = new SchedLock();

@@ -31,7 +31,7 @@ import org.springframework.jdbc.core.JdbcTemplate;
 /**
  * Runs scenarios the tests name, one command a line on stdin, one JSON object a line on stdout (logs go to stderr):
  * the schedlock provider under ShedLock 7's own DefaultLockingTaskExecutor and KeepAliveLockProvider, and ShedLock
- * 7's JdbcTemplateLockProvider (usingDbTime) on schedlock's table. tests/integrations/ drives it.
+ * 7's JdbcTemplateLockProvider (usingDbTime) on schedlock's table. tests/system/integrations/ drives it.
  */
 public final class Driver {
     private static final Map<String, SimpleLock> JDBC_LOCKS = new HashMap<>();

@@ -18,7 +18,7 @@ import org.springframework.scheduling.annotation.EnableScheduling;
  * A Spring Boot 3 application with ShedLock 6, as a team runs it: @Scheduled + @SchedulerLock jobs (Jobs.java) and
  * one LockProvider bean. {@code --demo.provider=schedlock} takes the locks from schedlock (SCHEDLOCK_URL,
  * SCHEDLOCK_TOKEN); {@code --demo.provider=jdbc} is the JdbcTemplateLockProvider it replaces, on the same table
- * ({@code --demo.jdbc-url}, {@code --demo.table}). The suite starts several at once (tests/integrations/).
+ * ({@code --demo.jdbc-url}, {@code --demo.table}). The suite starts several at once (tests/system/integrations/).
  */
 @SpringBootApplication(exclude = DataSourceAutoConfiguration.class) // the schedlock JVMs have no database
 @EnableScheduling
