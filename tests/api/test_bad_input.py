@@ -188,7 +188,7 @@ def _cursor(raw: bytes) -> str:
         _cursor(b"\xed\xa0\x80"),  # an encoded surrogate: not UTF-8 either
         "YR",  # decodes to "a", but the API spells that "YQ"
         # Names the API's rule refuses (a tab, "/", 65 characters, a C1 control) are no longer here: a Java node may
-        # write them, and the cursor after such a row is taken back (tests/test_list_cursor.py).
+        # write them, and the cursor after such a row is taken back (tests/locking/test_list_cursor.py).
     ],
     ids=repr,
 )

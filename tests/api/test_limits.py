@@ -79,7 +79,7 @@ async def test_wrong_method_on_an_action_is_405_with_allow(
 
 
 async def test_a_name_with_a_slash_is_a_row_name_on_read_and_a_clear_422_on_write(client: httpx.AsyncClient) -> None:
-    # A Java node may have made "team/job": a read looks it up (tests/test_row_names.py), a write refuses it.
+    # A Java node may have made "team/job": a read looks it up (tests/api/test_row_names.py), a write refuses it.
     r = await client.get("/v1/locks/team/job")
     assert r.status_code == 404 and r.json()["error"] == {
         "code": "lock_not_found",

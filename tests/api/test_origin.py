@@ -1,7 +1,7 @@
 """Browsers may call the API only from the server's own pages or from listed origins (app.api.middleware.origin).
 
 In process, the request's Host is the client's base URL: these tests choose it to play the server's own origin.
-tests/test_browser_origin.py drives the same rules through a real browser.
+tests/system/browser/test_origin.py drives the same rules through a real browser.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Property tests over the raw request surface: whatever the path bytes, query string, header values and body
 bytes, the answer is never a 5xx and nothing is logged at ERROR or with a traceback.
 
-Beside the schema-driven fuzzing (tests/test_fuzz.py), which only sends what the OpenAPI document describes, these
+Beside the schema-driven fuzzing (tests/api/test_fuzz.py), which only sends what the OpenAPI document describes, these
 send what a hostile or broken client can: percent-encoded bytes of any value (NUL, lone surrogates' UTF-8, invalid
 UTF-8), any media type, bodies that are almost JSON, tokens with odd bytes around them, Origin headers.
 In process they call the ASGI app directly with a scope built as uvicorn builds it; against a real served

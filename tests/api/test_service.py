@@ -63,7 +63,7 @@ def test_every_route_is_described_and_declares_its_errors() -> None:
     for path, operations in spec["paths"].items():
         for method, op in operations.items():
             assert op.get("description") and op.get("summary") and op.get("operationId"), (method, path)
-            if path.startswith("/v1/"):  # each error's own schema: tests/test_openapi_contract.py
+            if path.startswith("/v1/"):  # each error's own schema: tests/api/test_openapi_contract.py
                 assert {"422", "503"} <= set(op["responses"]), (method, path)
 
 

@@ -1,5 +1,6 @@
 """Stock HTTP clients at their defaults complete a lock cycle with an API token: curl (plain, --http2, --http1.0),
-Python's urllib, httpx and requests. (The JDK HttpClient, Go net/http and Node fetch do it in test_examples.py.)
+Python's urllib, httpx and requests. (The JDK HttpClient, Go net/http and Node fetch do it in
+tests/system/polyglot/test_examples.py.)
 
 The cycle: acquire -> 409 lock_held -> extend -> release -> GET -> list."""
 

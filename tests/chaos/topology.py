@@ -127,7 +127,7 @@ class Topology:
         env["SCHEDLOCK_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{self.proxies[index].port}/{self.dbname}"
         if index == 1:
             # Every clock of the process (monotonic ones too: faking only the wall clock made libuv and asyncpg mix
-            # two clocks, tests/test_replicas.py), from a file re-read every second.
+            # two clocks, tests/system/ha/test_replicas.py), from a file re-read every second.
             env |= {"LD_PRELOAD": libfaketime(), "FAKETIME_TIMESTAMP_FILE": str(self.clock_file)}
             env |= {"FAKETIME_CACHE_DURATION": "1"}
         if self.pgbouncer is not None and index == len(self.proxies) - 1:

@@ -8,7 +8,7 @@
 - A ``# → ...`` comment is output the code before it must print; ``…`` stands for any text on the line. A block
   that shows output shows all of it, in order.
 - ```java, ```go and ```js blocks must be verbatim excerpts of files the suite builds and runs: examples/, the ShedLock
-  provider in integrations/ and the programs that run it in tests/integrations/java/.
+  provider in integrations/ and the programs that run it in tests/system/integrations/java/.
 - ```toml and ```json token configurations must load; a ```json log line must have exactly the fields the server
   logs; ```promql may name only metrics the server exports; ```text is prose in a box.
 
@@ -47,38 +47,40 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "clien
 #: (file, a line of the block) -> why it cannot run in a test. Keep this short: everything else runs.
 EXCLUDED = {
     ("README.md", "./scripts/test"): "sets up the venv and runs this very suite; `serve` on the embedded database "
-    "runs in tests/test_embedded.py",
+    "runs in tests/system/test_embedded.py",
     ("docs/cli.md", "0 2 * * *"): "a crontab line, not a shell command; its `schedlock run` runs in docs/cli.md's "
     "next block",
-    ("docs/deploy.md", "docker build"): "needs a Docker daemon and a registry; tests/test_docker.py checks the "
-    "Dockerfile",
-    ("docs/deploy.md", "helm install"): "needs a Kubernetes cluster; tests/test_helm.py renders and validates the "
-    "chart",
+    (
+        "docs/deploy.md",
+        "docker build",
+    ): "needs a Docker daemon and a registry; tests/system/deploy/test_docker.py checks the Dockerfile",
+    ("docs/deploy.md", "helm install"): "needs a Kubernetes cluster; tests/system/deploy/test_helm.py renders and "
+    "validates the chart",
     ("docs/performance.md", "python -m bench.compare"): "the ~4-minute benchmark, and scripts that run for minutes; "
-    "tests/test_bench.py runs the benchmark with --quick",
+    "tests/system/bench/test_bench.py runs the benchmark with --quick",
     ("docs/performance.md", "python -m bench.servers"): "two servers side by side for ~4 minutes; "
-    "tests/test_bench_servers.py runs the harness for two rounds of 1 s",
+    "tests/system/bench/test_servers.py runs the harness for two rounds of 1 s",
     ("docs/performance-journal.md", "python -m bench.servers"): "the command of a dated run, as it ran; "
-    "tests/test_bench_servers.py runs the harness for two rounds of 1 s",
+    "tests/system/bench/test_servers.py runs the harness for two rounds of 1 s",
     ("docs/cors.md", "Access-Control-Request-Method"): "needs a server started with the block above's setting; "
-    "tests/test_origin.py runs the two against one",
-    ("docs/high-availability.md", "helm install"): "needs a Kubernetes cluster; tests/test_docs_ha.py renders the "
+    "tests/api/test_origin.py runs the two against one",
+    ("docs/high-availability.md", "helm install"): "needs a Kubernetes cluster; tests/docs/test_ha.py renders the "
     "chart with these values",
-    ("docs/dashboard.md", "helm upgrade"): "needs a Kubernetes cluster; tests/test_helm_monitoring.py renders the "
-    "chart with the dashboard and the alerts on",
+    ("docs/dashboard.md", "helm upgrade"): "needs a Kubernetes cluster; tests/system/deploy/test_helm_monitoring.py "
+    "renders the chart with the dashboard and the alerts on",
 }
 #: Blocks a test of their own runs, with more to check.
 DEDICATED = {("README.md", "curl -s"): "test_the_readme_curl_session_runs_as_pasted"}
 OUTPUT = re.compile(r"#\s→\s?(.*)$")
 #: Languages whose snippets quote a file of examples/ or integrations/ (the scheduler adapters, whose examples
-#: tests/integrations/ runs) that the suite builds and runs: each block must be a verbatim excerpt of one, so the
+#: tests/system/integrations/ runs) that the suite builds and runs: each block must be a verbatim excerpt of one, so the
 #: quoted code is the tested code.
 QUOTED = {"java": (".java",), "go": (".go",), "js": (".mjs", ".js"), "javascript": (".mjs", ".js")}
-#: ```sql and ```yaml (docs/high-availability.md's table setting, role and CloudNativePG Cluster): tests/test_docs_ha.py
-#: and tests/test_patroni.py.
+#: ```sql and ```yaml (docs/high-availability.md's table setting, role and CloudNativePG Cluster): tests/docs/test_ha.py
+#: and tests/system/ha/test_patroni.py.
 KNOWN_LANGUAGES = {"python", "sh", "toml", "json", "promql", "text", "sql", "yaml", *QUOTED}
-#: Where the quoted files are: each is built and run by the suite (tests/polyglot/, tests/integrations/).
-QUOTED_ROOTS = [ROOT / "examples", ROOT / "integrations", ROOT / "tests" / "integrations" / "java"]
+#: Where the quoted files are: each is built and run by the suite (tests/system/polyglot/, tests/system/integrations/).
+QUOTED_ROOTS = [ROOT / "examples", ROOT / "integrations", ROOT / "tests" / "system" / "integrations" / "java"]
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ def test_the_helm_command_renders_what_the_page_says() -> None:
 
 
 def test_sql_and_yaml_blocks_appear_only_on_this_page() -> None:
-    """tests/test_docs_examples.py counts ```sql and ```yaml as checked: here, for this page only."""
+    """tests/docs/test_examples.py counts ```sql and ```yaml as checked: here, for this page only."""
     root = PAGE.parent.parent
     for page in [root / "README.md", *(root / "docs").glob("*.md"), root / "client" / "README.md"]:
         if page != PAGE:

@@ -101,3 +101,16 @@ def test_layout_names_every_module_of_the_server_and_the_client() -> None:
         if m.name != "__init__.py" and f"`{m.name}`" not in text
     ]
     assert not unnamed, f"docs/layout.md does not name: {unnamed}"
+
+
+def test_layout_names_every_folder_of_the_tests() -> None:
+    """Every folder of tests/ that holds test modules is named in docs/layout.md's tests section, as a path or, under
+    tests/system/, as its subfolder's name in that row."""
+    section = (ROOT / "docs" / "layout.md").read_text().partition("## The tests: `tests/`")[2]
+    unnamed = []
+    for folder in sorted({module.parent for module in (ROOT / "tests").rglob("test_*.py")}):
+        parts = folder.relative_to(ROOT / "tests").parts
+        name = f"`{parts[1]}/`" if parts[0] == "system" and len(parts) > 1 else f"`tests/{'/'.join(parts)}/`"
+        if name not in section:
+            unnamed.append(folder.relative_to(ROOT).as_posix())
+    assert not unnamed, f"docs/layout.md's tests section does not name: {unnamed}"

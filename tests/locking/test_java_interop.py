@@ -1,5 +1,5 @@
 """Sharing the table with Java ShedLock nodes, both ways, replaying Java's own statements (tests/support/java.py).
-The real JdbcTemplateLockProvider runs in tests/integrations/ (ShedLock 7 in test_jdbc_template.py, ShedLock 6 in
+The real JdbcTemplateLockProvider runs in tests/system/integrations/ (ShedLock 7 in test_jdbc_template.py, ShedLock 6 in
 test_spring_boot.py), so a release that changes its statements is caught there."""
 
 from __future__ import annotations

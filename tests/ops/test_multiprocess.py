@@ -1,5 +1,6 @@
 """The metrics' two paths (app.ops.metrics, app.ops.multiprocess): one process keeps its values in memory; the
-workers of one server share theirs, the job ticks counted at scrapes included. Served workers: tests/test_workers.py."""
+workers of one server share theirs, the job ticks counted at scrapes included. Served workers:
+tests/cli/test_workers.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The dashboard's routes, in process: the pages, their headers, their assets, /ui/session, and that nothing in them
-points at another host. What the page does in a browser is tests/test_ui_browser.py.
+points at another host. What the page does in a browser is tests/system/browser/test_dashboard.py.
 """
 
 from __future__ import annotations

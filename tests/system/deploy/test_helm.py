@@ -2,7 +2,7 @@
 with kubernetes-validate --strict, and the objects that keep a fleet's locks safe asserted one by one.
 
 Scenarios are the values files in helm/schedlock/ci/, one per situation a platform team meets. The monitoring
-objects (Grafana dashboard, alerts) have their own module, tests/test_helm_monitoring.py.
+objects (Grafana dashboard, alerts) have their own module, tests/system/deploy/test_helm_monitoring.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tests.support.helm import (
 
 HOOK_PHASES = {"pre-install", "pre-upgrade"}
 #: Kinds of prometheus-operator's CRDs, which kubernetes-validate has no schema for (checked here and in
-#: tests/test_helm_monitoring.py instead).
+#: tests/system/deploy/test_helm_monitoring.py instead).
 CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 

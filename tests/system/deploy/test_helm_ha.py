@@ -1,7 +1,7 @@
 """The chart's high-availability scenarios (helm/schedlock/ci/): CloudNativePG's app Secret and a Patroni
 cluster's multi-host URL, rendered with the Helm SDK, and what reaches the pods and the migration Job checked:
-the database URL the page documents, from where the page says (docs/high-availability.md). tests/test_helm.py lints
-and validates every scenario, these two included."""
+the database URL the page documents, from where the page says (docs/high-availability.md).
+tests/system/deploy/test_helm.py lints and validates every scenario, these two included."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The rules are checked by Debian's promtool: ``check rules``, then ``test rules``, where each alert must fire on
 series past its threshold and stay quiet on series under it. The dashboard's content and every query's metric
-names are checked in tests/test_monitoring_queries.py.
+names are checked in tests/system/deploy/test_monitoring_queries.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The real ShedLock 7 JdbcTemplateLockProvider (usingDbTime, on Postgres) on the live server's table, beside
-schedlock's callers: its own SQL, not a replay of it (tests/test_java_interop.py replays the statements), so a
-ShedLock release that changes them is caught. ShedLock 6's runs in tests/integrations/test_spring_boot.py."""
+schedlock's callers: its own SQL, not a replay of it (tests/locking/test_java_interop.py replays the statements), so a
+ShedLock release that changes them is caught. ShedLock 6's runs in tests/system/integrations/test_spring_boot.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """SchedlockLockProvider (integrations/java) under ShedLock 7's own DefaultLockingTaskExecutor and
 KeepAliveLockProvider, against a live server: skipped only when held, every other failure thrown.
 
-The scenarios run in tests/integrations/java/shedlock7's Driver, one JVM for the module."""
+The scenarios run in tests/system/integrations/java/shedlock7's Driver, one JVM for the module."""
 
 from __future__ import annotations
 
