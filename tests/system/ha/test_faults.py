@@ -57,7 +57,7 @@ def proxy(cluster: PgCluster) -> Iterator[FaultProxy]:
 def healed(cluster: PgCluster, proxy: FaultProxy) -> Iterator[None]:
     """Whatever a test broke is mended before the next one."""
     yield
-    proxy.mode = "pass"
+    proxy.set_mode("pass")
     if cluster.running:
         cluster.thaw()
     else:
@@ -127,7 +127,7 @@ async def test_stuck_database_is_503_in_bounded_time_and_recovers_without_leaks(
     async with service(settings_for(via_proxy(proxy))) as client:
         held = unique("held")
         lease = (await client.post(f"/v1/locks/{held}/acquire", json={"lock_at_most_for": "10m"})).json()
-        cluster.freeze() if fault == "frozen" else setattr(proxy, "mode", "blackhole")
+        cluster.freeze() if fault == "frozen" else proxy.set_mode("blackhole")
 
         slowest = 0.0
         for _ in range(3):  # the first round meets live connections mid-statement; later ones must connect
@@ -150,7 +150,7 @@ async def test_stuck_database_is_503_in_bounded_time_and_recovers_without_leaks(
         longest_wait = max(TIMEOUTS["db_pool_timeout"], TIMEOUTS["db_statement_timeout"] + 1.0)
         assert slowest < longest_wait + 0.5, slowest
 
-        cluster.thaw() if fault == "frozen" else setattr(proxy, "mode", "pass")
+        cluster.thaw() if fault == "frozen" else proxy.set_mode("pass")
         await until(lambda: ready(client), within=5)
         # Nothing changed hands: the lease is still held by its holder, and still works.
         r = await client.post(f"/v1/locks/{held}/acquire", json={"lock_at_most_for": "1m", "holder": "intruder"})
@@ -269,12 +269,12 @@ async def test_an_acquire_whose_reply_is_lost_is_an_error_and_the_lock_does_not_
         warm = unique("warm")
         assert (await client.post(f"/v1/locks/{warm}/acquire", json={"lock_at_most_for": "1s"})).status_code == 200
         name = unique("lost")
-        proxy.mode = "drop_replies"
+        proxy.set_mode("drop_replies")
         r, elapsed = await timed(
             client, "POST", f"/v1/locks/{name}/acquire", {"lock_at_most_for": "10m", "holder": "ghost"}
         )
         assert_unavailable(r, elapsed)
-        proxy.mode = "pass"
+        proxy.set_mode("pass")
 
         # The acquisition did commit: its outcome was unknown to the service, which said so instead of "acquired".
         assert (await locked_by(cluster, name)).startswith("ghost [schedlock lease ")

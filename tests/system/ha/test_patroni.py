@@ -115,7 +115,7 @@ def apply(cluster: PatroniCluster, fault: str, leader: str) -> None:
     elif fault == "kill_patroni":
         cluster.kill_patroni(node)
     elif fault == "etcd_cut_off":
-        node.etcd_link.mode = "blackhole"
+        node.etcd_link.set_mode("blackhole")
     elif fault == "stalled_sync_standby":  # not the leader: the standby the leader's commits wait for (if any)
         wanted = "sync_standby" if cluster.synchronous else "replica"
         standby = next(m["name"] for m in cluster.members() if m["role"] == wanted)
@@ -138,7 +138,7 @@ def heal(cluster: PatroniCluster, fault: str, leader: str) -> None:
             print(f"\n{leader} did not rejoin by itself: patronictl reinit")
             cluster.reinit(node)
     elif fault == "etcd_cut_off":
-        node.etcd_link.mode = "pass"
+        node.etcd_link.set_mode("pass")
     elif fault == "stalled_sync_standby":
         for other in cluster.nodes:
             cluster.signal_postgres(other, signal.SIGCONT)
