@@ -1,6 +1,6 @@
 """Paging never stops at a name the API would not make: a Java node may write any name (``billing/``, a space, a
 control character, 64 four-byte characters), every row is listed exactly once, and every ``next_cursor`` the API
-hands out is taken back. The dashboard's table pages through the same `GET /v1/locks` (app/ui/static/locks.js)."""
+hands out is taken back. The dashboard's table pages through the same `GET /v1/locks` (app/ui/static/listing.js)."""
 
 from __future__ import annotations
 
