@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 import pytest
 from fastapi import FastAPI
 
-from app.coalescing.batches import BUSY, Batches, Busy
+from app.coalescing.batches import Batches
 from app.errors import LockHeld, NotHolder, StorageUnavailable
 from app.locking.rows import Lease
 from app.settings import Settings
@@ -24,8 +23,7 @@ from tests.support.java import JavaNode
 from tests.support.stores import own_store
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     label: str
 
     @property
@@ -33,40 +31,58 @@ class Op:
         return self.label.split("#")[0]
 
 
+#: The scripted statements, as a store hands them over: (operation, SQL).
+ONE = ("one", "ONE")
+MANY = ("many", "MANY")
+
+
 class Script:
+    """A runner whose statements answer from a script: ONE answers "<label>!", MANY "<label>!!" per operation (BUSY,
+    ``ok`` NULL, for the names in ``busy_names``), each in a row as the store's statements answer."""
+
     def __init__(self, fail_many: bool = False, busy_names: frozenset[str] = frozenset()) -> None:
         self.statements: list[list[str]] = []
         self.gate: asyncio.Future[None] | None = None
         self.fail_many = fail_many
         self.busy_names = busy_names
+        self.before_many: Callable[[], Awaitable[None]] | None = None
 
-    async def one(self, op: Op) -> str:
-        self.statements.append([op.label])
-        if self.gate is not None and op.label == "a":
-            await self.gate
-        if op.label == "bad":
-            raise ValueError(op.label)
-        return f"{op.label}!"
-
-    async def many(self, ops: Sequence[Op]) -> list[str | Busy]:
-        self.statements.append([op.label for op in ops])
+    async def fetch(self, operation: str, sql: str, *args: Any) -> list[dict[str, Any]]:
+        if (operation, sql) == ONE:
+            (label,) = args
+            self.statements.append([label])
+            if self.gate is not None and label == "a":
+                await self.gate
+            if label == "bad":
+                raise ValueError(label)
+            return [{"name": Op(label).name, "ok": True, "out": f"{label}!"}]
+        assert (operation, sql) == MANY
+        (labels,) = args  # one array per field of Op
+        self.statements.append(labels)
+        if self.before_many is not None:
+            await self.before_many()
         if self.fail_many:
             raise ValueError("batch")
-        return [BUSY if op.label in self.busy_names else f"{op.label}!!" for op in ops]
+        return [{"name": Op(x).name, "ok": None if x in self.busy_names else True, "out": f"{x}!!"} for x in labels]
 
 
 def always_busy() -> bool:
     return True
 
 
-def submit(batches: Batches[Op, str], *labels: str) -> list[asyncio.Future[str]]:
-    return [asyncio.ensure_future(batches.submit(Op(label))) for label in labels]
+async def out(batches: Batches[Op], op: Op) -> str:
+    """What the statement that decided ``op`` answered for it."""
+    return str((await batches.submit(op))["out"])
+
+
+def submit(batches: Batches[Op], *labels: str) -> list[asyncio.Future[str]]:
+    return [asyncio.ensure_future(out(batches, Op(label))) for label in labels]
 
 
 async def test_under_backpressure_arrivals_go_together_and_a_name_only_once() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy, limit=3)
+    batches: Batches[Op] = Batches(script, ONE, MANY, busy=always_busy, limit=3)
     (first,) = submit(batches, "a")
     await asyncio.sleep(0)
     rest = submit(batches, "b", "c", "b#2", "d", "e")
@@ -85,14 +101,14 @@ async def test_a_slow_statement_holds_back_no_one_past_overdue_from_its_start() 
     # queued one could pay it twice). Now a statement holds others back for OVERDUE from its start, then nobody.
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[Op, str] = Batches(script.one, script.many, overdue=0.05)
+    batches: Batches[Op] = Batches(script, ONE, MANY, overdue=0.05)
     (slow,) = submit(batches, "a")
     await asyncio.sleep(0.03)
     start = time.monotonic()
     assert await asyncio.gather(*submit(batches, "b", "c")) == ["b!!", "c!!"]
     assert time.monotonic() - start < 0.04  # the rest of a's 50 ms, not 50 ms of their own
     start = time.monotonic()
-    assert await batches.submit(Op("d")) == "d!"  # later: a holds nobody back any more
+    assert await out(batches, Op("d")) == "d!"  # later: a holds nobody back any more
     assert time.monotonic() - start < 0.02
     assert script.statements == [["a"], ["b", "c"], ["d"]]
     script.gate.set_result(None)
@@ -102,7 +118,7 @@ async def test_a_slow_statement_holds_back_no_one_past_overdue_from_its_start() 
 async def test_a_name_in_flight_never_joins_another_statement_even_when_overdue() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()  # the first statement does not answer
-    batches: Batches[Op, str] = Batches(script.one, script.many, overdue=0.05)
+    batches: Batches[Op] = Batches(script, ONE, MANY, overdue=0.05)
     (stuck,) = submit(batches, "a")
     await asyncio.sleep(0)
     same, other = submit(batches, "a#2", "b")
@@ -118,7 +134,7 @@ async def test_a_name_in_flight_never_joins_another_statement_even_when_overdue(
 async def test_a_busy_row_sends_its_operation_alone() -> None:
     script = Script(busy_names=frozenset({"c"}))
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy)
+    batches: Batches[Op] = Batches(script, ONE, MANY, busy=always_busy)
     (first,) = submit(batches, "a")
     await asyncio.sleep(0)
     rest = submit(batches, "b", "c", "d")
@@ -131,7 +147,7 @@ async def test_a_busy_row_sends_its_operation_alone() -> None:
 async def test_a_failed_batch_falls_back_to_one_statement_each() -> None:
     script = Script(fail_many=True)
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy)
+    batches: Batches[Op] = Batches(script, ONE, MANY, busy=always_busy)
     (first,) = submit(batches, "a")
     await asyncio.sleep(0)
     rest = submit(batches, "b", "bad", "c")
@@ -151,15 +167,14 @@ async def test_a_failed_batch_sends_nothing_for_callers_gone_and_hands_on_what_t
     script.gate = asyncio.get_running_loop().create_future()
     orphans: list[tuple[str, str]] = []
     batch_sent = asyncio.Event()
-    real_many = script.many
 
-    async def many(ops: Sequence[Op]) -> list[str | Busy]:
+    async def before_many() -> None:
         batch_sent.set()
         await asyncio.sleep(0.02)
-        return await real_many(ops)
 
-    batches: Batches[Op, str] = Batches(
-        script.one, many, busy=always_busy, orphaned=lambda op, result: orphans.append((op.label, result))
+    script.before_many = before_many
+    batches: Batches[Op] = Batches(
+        script, ONE, MANY, busy=always_busy, orphaned=lambda op, row: orphans.append((op.label, row["out"]))
     )
     (first,) = submit(batches, "a")
     await asyncio.sleep(0)
@@ -179,13 +194,13 @@ async def test_a_result_for_a_caller_gone_is_handed_to_orphaned() -> None:
     orphans: list[tuple[str, str]] = []
     batch_sent = asyncio.Event()
 
-    async def many(ops: Sequence[Op]) -> list[str | Busy]:
+    async def before_many() -> None:
         batch_sent.set()
         await asyncio.sleep(0.02)
-        return [f"{op.label}!!" for op in ops]
 
-    batches: Batches[Op, str] = Batches(
-        script.one, many, busy=always_busy, orphaned=lambda op, result: orphans.append((op.label, result))
+    script.before_many = before_many
+    batches: Batches[Op] = Batches(
+        script, ONE, MANY, busy=always_busy, orphaned=lambda op, row: orphans.append((op.label, row["out"]))
     )
     (first,) = submit(batches, "a")
     await asyncio.sleep(0)
@@ -201,7 +216,7 @@ async def test_a_result_for_a_caller_gone_is_handed_to_orphaned() -> None:
 async def test_a_caller_gone_before_its_statement_is_left_out() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy)
+    batches: Batches[Op] = Batches(script, ONE, MANY, busy=always_busy)
     (first,) = submit(batches, "a")
     await asyncio.sleep(0)
     gone, stays = submit(batches, "b", "c")
@@ -215,14 +230,14 @@ async def test_a_caller_gone_before_its_statement_is_left_out() -> None:
 
 async def test_idle_means_nothing_waits() -> None:
     script = Script()
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy)
-    assert [await batches.submit(Op(label)) for label in "abc"] == ["a!", "b!", "c!"]
+    batches: Batches[Op] = Batches(script, ONE, MANY, busy=always_busy)
+    assert [await out(batches, Op(label)) for label in "abc"] == ["a!", "b!", "c!"]
     assert script.statements == [["a"], ["b"], ["c"]]
 
 
 async def test_operations_that_arrive_in_one_turn_of_the_loop_go_together_at_once() -> None:
     script = Script()
-    batches: Batches[Op, str] = Batches(script.one, script.many)  # the pool is idle: nothing holds them back
+    batches: Batches[Op] = Batches(script, ONE, MANY)  # the pool is idle: nothing holds them back
     results = await asyncio.gather(*submit(batches, "a", "b", "c"))
     assert results == ["a!!", "b!!", "c!!"]
     assert script.statements == [["a", "b", "c"]]
@@ -231,7 +246,7 @@ async def test_operations_that_arrive_in_one_turn_of_the_loop_go_together_at_onc
 
 async def test_one_name_twice_in_one_turn_goes_in_two_statements_one_after_the_other() -> None:
     script = Script()
-    batches: Batches[Op, str] = Batches(script.one, script.many)
+    batches: Batches[Op] = Batches(script, ONE, MANY)
     results = await asyncio.gather(*submit(batches, "b", "b#2", "c"))
     assert results == ["b!!", "b#2!", "c!!"]
     assert script.statements == [["b", "c"], ["b#2"]]
@@ -239,7 +254,7 @@ async def test_one_name_twice_in_one_turn_goes_in_two_statements_one_after_the_o
 
 async def test_the_first_of_a_turn_gone_before_its_statement_leaves_the_others_answered() -> None:
     script = Script()
-    batches: Batches[Op, str] = Batches(script.one, script.many)
+    batches: Batches[Op] = Batches(script, ONE, MANY)
     first, *rest = submit(batches, "a", "b", "c")
     await asyncio.sleep(0)  # a lets the others join it, and is cancelled while it does
     first.cancel()
@@ -251,7 +266,7 @@ async def test_the_first_of_a_turn_gone_before_its_statement_leaves_the_others_a
 async def test_while_every_connection_is_lent_arrivals_wait_for_a_statement_to_finish() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
-    batches: Batches[Op, str] = Batches(script.one, script.many, busy=always_busy, overdue=0.01)
+    batches: Batches[Op] = Batches(script, ONE, MANY, busy=always_busy, overdue=0.01)
     (first,) = submit(batches, "a")
     await asyncio.sleep(0.05)  # a is no longer young, but the pool has no connection for another statement
     rest = submit(batches, "b", "c")
@@ -264,7 +279,7 @@ async def test_while_every_connection_is_lent_arrivals_wait_for_a_statement_to_f
 async def test_waiting_is_bounded_behind_a_stuck_statement() -> None:
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()  # the first statement never answers
-    batches: Batches[Op, str] = Batches(script.one, script.many, overdue=0.05)
+    batches: Batches[Op] = Batches(script, ONE, MANY, overdue=0.05)
     (stuck,) = submit(batches, "a")
     await asyncio.sleep(0)
     waiting = submit(batches, "b", "c")
@@ -281,14 +296,14 @@ async def test_a_batch_that_fails_for_everyone_answers_everyone_with_the_error()
     script = Script()
     script.gate = asyncio.get_running_loop().create_future()
 
-    async def unavailable(ops: Sequence[Op]) -> list[str | Busy]:
-        script.statements.append([op.label for op in ops])
+    async def unavailable() -> None:
         raise StorageUnavailable("acquire_batch: database unavailable (TimeoutError)")
 
     def shared(error: Exception) -> Exception | None:
         return StorageUnavailable(str(error)) if isinstance(error, StorageUnavailable) else None
 
-    batches: Batches[Op, str] = Batches(script.one, unavailable, busy=always_busy, shared=shared)
+    script.before_many = unavailable
+    batches: Batches[Op] = Batches(script, ONE, MANY, busy=always_busy, shared=shared)
     (first,) = submit(batches, "a")
     await asyncio.sleep(0)
     rest = submit(batches, "b", "c")
