@@ -47,6 +47,17 @@ class Script:
         self.busy_names = busy_names
         self.before_many: Callable[[], Awaitable[None]] | None = None
 
+    def stall_batches(self) -> asyncio.Event:
+        """From now on a batched statement takes 20 ms; the event is set when one is sent."""
+        sent = asyncio.Event()
+
+        async def before_many() -> None:
+            sent.set()
+            await asyncio.sleep(0.02)
+
+        self.before_many = before_many
+        return sent
+
     async def fetch(self, operation: str, sql: str, *args: Any) -> list[dict[str, Any]]:
         if (operation, sql) == ONE:
             (label,) = args
@@ -161,18 +172,12 @@ async def test_a_failed_batch_falls_back_to_one_statement_each() -> None:
     assert batches.batches == 0
 
 
-async def test_a_failed_batch_sends_nothing_for_callers_gone_and_hands_on_what_they_were_granted() -> None:
-    # Defect 5: the fallback used to run statements for callers that had left: a lease granted to nobody.
-    script = Script(fail_many=True)
+async def gone_mid_batch(script: Script) -> tuple[str, str, list[tuple[str, str]]]:
+    """a runs alone; b and c go as one batch, and b's caller leaves while it is in flight. a's and c's answers, and
+    the results handed to ``orphaned``."""
     script.gate = asyncio.get_running_loop().create_future()
     orphans: list[tuple[str, str]] = []
-    batch_sent = asyncio.Event()
-
-    async def before_many() -> None:
-        batch_sent.set()
-        await asyncio.sleep(0.02)
-
-    script.before_many = before_many
+    batch_sent = script.stall_batches()
     batches: Batches[Op] = Batches(
         script, ONE, MANY, busy=always_busy, orphaned=lambda op, row: orphans.append((op.label, row["out"]))
     )
@@ -183,34 +188,18 @@ async def test_a_failed_batch_sends_nothing_for_callers_gone_and_hands_on_what_t
     script.gate.set_result(None)
     await batch_sent.wait()
     gone.cancel()  # its caller leaves while the batch is in flight
-    assert (await first, await stays) == ("a!", "c!")
+    return await first, await stays, orphans
+
+
+async def test_a_failed_batch_sends_nothing_for_callers_gone_and_hands_on_what_they_were_granted() -> None:
+    # Defect 5: the fallback used to run statements for callers that had left: a lease granted to nobody.
+    script = Script(fail_many=True)
+    assert await gone_mid_batch(script) == ("a!", "c!", [])
     assert script.statements == [["a"], ["b", "c"], ["c"]]  # no statement for b
-    assert orphans == []
 
 
 async def test_a_result_for_a_caller_gone_is_handed_to_orphaned() -> None:
-    script = Script()
-    script.gate = asyncio.get_running_loop().create_future()
-    orphans: list[tuple[str, str]] = []
-    batch_sent = asyncio.Event()
-
-    async def before_many() -> None:
-        batch_sent.set()
-        await asyncio.sleep(0.02)
-
-    script.before_many = before_many
-    batches: Batches[Op] = Batches(
-        script, ONE, MANY, busy=always_busy, orphaned=lambda op, row: orphans.append((op.label, row["out"]))
-    )
-    (first,) = submit(batches, "a")
-    await asyncio.sleep(0)
-    gone, stays = submit(batches, "b", "c")
-    await asyncio.sleep(0)
-    script.gate.set_result(None)
-    await batch_sent.wait()
-    gone.cancel()
-    assert (await first, await stays) == ("a!", "c!!")
-    assert orphans == [("b", "b!!")]
+    assert await gone_mid_batch(Script()) == ("a!", "c!!", [("b", "b!!")])
 
 
 async def test_a_caller_gone_before_its_statement_is_left_out() -> None:

@@ -1,5 +1,5 @@
-"""The metrics' two paths (app.ops.metrics, app.ops.multiprocess): one process keeps its values in memory; the
-workers of one server share theirs, the job ticks counted at scrapes included. Served workers:
+"""The metrics' two paths (app.ops.metrics, app.ops.multiprocess, app.ops.scrape): one process keeps its values in
+memory; the workers of one server share theirs, the job ticks counted at scrapes included. Served workers:
 tests/cli/test_workers.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from prometheus_client.values import MutexValue
 
 from app.main import create_app
 from app.ops import multiprocess
-from app.ops.metrics import Metrics
+from app.ops.scrape import Scraped
 from app.settings import Settings
 
 T0 = datetime(2026, 11, 29, 3, 0)
@@ -37,14 +37,14 @@ def test_one_process_keeps_its_values_in_memory(settings: Settings) -> None:
 def test_workers_count_job_ticks_in_one_ledger(tmp_path: Path) -> None:
     """Whichever worker reads a tick first counts it, once; every worker's scrape shows the server's count, however
     old its own reading of the jobs."""
-    first, second = Metrics(shared=str(tmp_path)), Metrics(shared=str(tmp_path))
-    first._count_ticks([job("nightly", 0)])  # the first reading sets where counting starts
-    second._count_ticks([job("nightly", 0, 1)])
-    first._count_ticks([job("nightly", 0, 1)])  # the tick at 1 is counted already
+    first, second = Scraped(5.0, str(tmp_path)), Scraped(5.0, str(tmp_path))
+    first.record_ticks([job("nightly", 0)])  # the first reading sets where counting starts
+    second.record_ticks([job("nightly", 0, 1)])
+    first.record_ticks([job("nightly", 0, 1)])  # the tick at 1 is counted already
     assert first.ticks()["nightly", "completed"] == second.ticks()["nightly", "completed"] == 1
-    first._count_ticks([job("nightly", 0, 1, 2)])
+    first.record_ticks([job("nightly", 0, 1, 2)])
     assert second.ticks()["nightly", "completed"] == 2
-    second._count_ticks([])  # the job is gone
+    second.record_ticks([])  # the job is gone
     assert first.ticks() == {}
 
 
