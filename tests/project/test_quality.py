@@ -143,6 +143,7 @@ def test_a_module_wholly_of_the_system_tier_lives_in_tests_system() -> None:
         ("import pytest\n\n@pytest.mark.system\ndef test_x() -> None: ...\n", []),
         ("import pytest\npytestmark = pytest.mark.filterwarnings('ignore')\n", []),
     ],
+    ids=["the module marked", "a list of marks", "one test marked", "another marker"],
 )
 def test_the_tier_check_sees_a_module_marked_whole(source: str, lines: list[int]) -> None:
     assert whole_module_marks(source) == lines
