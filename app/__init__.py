@@ -3,7 +3,7 @@
 from importlib.metadata import PackageNotFoundError, version
 
 try:
-    # One version source: the distribution's metadata (pyproject.toml). tests/test_versions.py checks that the
+    # One version source: the distribution's metadata (pyproject.toml). tests/project/test_versions.py checks that the
     # client, the Helm chart and the server agree.
     __version__ = version("schedlock-server")
 except PackageNotFoundError:  # imported from a checkout that was never installed

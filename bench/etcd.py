@@ -19,8 +19,8 @@ How leases are granted and disposed of (``--etcd-lease``):
 - ``reuse``: each client lends one lease to all its attempts for up to a second: 2 requests per cycle, 1 per
   refused attempt, but a lock may then expire up to a second before lock_at_most_for has passed.
 
-The request bodies below are the ones wrk_script.lua sends (it fills in the ``%s``); tests/test_bench_etcd.py sends
-them to a real etcd to check the semantics.
+The request bodies below are the ones wrk_script.lua sends (it fills in the ``%s``); tests/system/bench/test_etcd.py
+sends them to a real etcd to check the semantics.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Write the Python CLI's help texts into the Go binary's sources (integrations/go/cmd/schedlock/help/), so that both
 `schedlock` commands print the same help. Run it after changing a help text of client/src/schedlock/_cli*.py;
-tests/cli_conformance fails while the two differ.
+tests/system/cli_conformance fails while the two differ.
 
     .venv/bin/python scripts/cli_help.py
 """

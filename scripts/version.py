@@ -1,7 +1,7 @@
 """Bump every package to one new version, in one command: the server and the client (PyPI), the chart, the Go module's
 `Version` (the binary's --version), the node-cron adapter (npm), the ShedLock provider (Maven) and the builds that
 depend on it, the OpenAPI document, the docs' install lines; and CHANGELOG.md's "Unreleased" becomes the release's
-section. tests/test_versions.py checks that every package carries the same version.
+section. tests/project/test_versions.py checks that every package carries the same version.
 
     .venv/bin/python scripts/version.py 0.2.0            # today's date in the CHANGELOG
     .venv/bin/python scripts/version.py 0.2.0 --date 2027-01-15
@@ -33,8 +33,8 @@ PLACES: list[tuple[str, str]] = [
     ("integrations/java/README.md", PROVIDER),
     ("integrations/java/README.md", r"schedlock-shedlock-provider-([0-9][^ ]*?)\.jar"),
     ("docs/java.md", PROVIDER),
-    ("tests/integrations/java/boot3/pom.xml", PROVIDER),
-    ("tests/integrations/java/shedlock7/pom.xml", PROVIDER),
+    ("tests/system/integrations/java/boot3/pom.xml", PROVIDER),
+    ("tests/system/integrations/java/shedlock7/pom.xml", PROVIDER),
     ("docs/node-cron.md", r"schedlock-node-cron-([0-9][^ ]*?)\.tgz"),
     ("docs/cli.md", r"dev\.schedlock:schedlock-shedlock-provider:(\S+)"),
     ("openapi/openapi.json", r'(?m)^    "version": "([^"]+)"$'),  # the first: info's

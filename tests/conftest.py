@@ -25,10 +25,23 @@ from fastapi import FastAPI
 
 from app.db import migrate
 from app.settings import Settings
-from tests.support.apps import drop_schema, in_process, make_settings
+from tests.support.apps import drop_schema, in_process, make_settings, migrated_table
 from tests.support.java import JavaNode
 from tests.support.pgcluster import PgCluster
+from tests.support.polyglot import token_config
 from tests.support.servers import LiveServer, start_server, stop_server
+
+#: Every test under tests/system/ is of the system tier (``-m "not system"`` is the fast tier); a fast module with a
+#: test or two that need more marks them one by one.
+SYSTEM = Path(__file__).parent / "system"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(SYSTEM):
+            item.add_marker(pytest.mark.system)
+
 
 #: The suite's own cluster: its servers, the benchmark and the docs' examples open many connections at once.
 SUITE_CLUSTER_SETTINGS = {"max_connections": "400", "synchronous_commit": "on"}
@@ -141,3 +154,28 @@ def live_server(settings: Settings) -> Iterator[LiveServer]:
     server = start_server(settings)
     yield server
     stop_server(server)
+
+
+# A server that requires API tokens: the polyglot examples (tests/system/polyglot/) and the stock clients
+# (tests/api/test_stock_clients.py) run against it.
+
+
+@pytest.fixture(scope="session")
+def poly_settings(database_url: str) -> Iterator[Settings]:
+    """A lock table of these tests' own: the runnable examples all take "nightly-report", which other tests use."""
+    with migrated_table(database_url, "test_poly") as settings:
+        yield settings
+
+
+@pytest.fixture(scope="session")
+def poly_server(poly_settings: Settings) -> Iterator[LiveServer]:
+    """A `schedlock-server serve` process that requires an API token on every /v1 request."""
+    server = start_server(poly_settings, {"SCHEDLOCK_TOKENS": token_config()})
+    yield server
+    stop_server(server)
+
+
+@pytest.fixture
+def poly_name() -> str:
+    """A lock name within the token's prefixes that no other test uses."""
+    return f"poly.{uuid.uuid4().hex[:12]}"

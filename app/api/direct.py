@@ -21,7 +21,7 @@ lane instead: the same endpoint, with what each layer would have done done here 
 ``Content-Length`` within the limit (no chunked body, no ``Expect: 100-continue``); no ``Origin`` (not a browser's:
 the origin guard would look at it); no ``X-Forwarded-*`` from a client uvicorn trusts as a proxy (it would rewrite
 the client). Everything else (a browser's request, an oversized or chunked body, a forwarded one) goes the ASGI way,
-which answers it as before. tests/test_direct.py sends the same requests both ways to a served uvicorn and requires
+which answers it as before. tests/api/test_direct.py sends the same requests both ways to a served uvicorn and requires
 the same answers, access lines and metrics.
 """
 

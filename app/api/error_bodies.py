@@ -2,7 +2,7 @@
 
 The bodies themselves are built from the domain errors by ``app.api.errors`` (``{"error": {"code", "message",
 <details>}}``); these models only describe them, field for field, so that a generated client can read
-``locked_by`` off a 409 or ``field`` off a 422 without guessing. tests/test_openapi_contract.py checks that every
+``locked_by`` off a 409 or ``field`` off a 422 without guessing. tests/api/test_openapi_contract.py checks that every
 example validates against its schema and that real answers do too.
 """
 

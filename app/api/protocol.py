@@ -18,7 +18,7 @@ HttpProtocol does: it starts no request for the upgrade head, and when llhttp pa
 without the upgrade (no ``Upgrade`` or ``HTTP2-Settings`` header, no ``upgrade`` in ``Connection``), followed by
 the bytes llhttp left, with a fresh parser. The request is then an ordinary HTTP/1.1 one, body, keep-alive and
 pipelining included. This relies on uvicorn's HttpToolsProtocol internals (``parser``, ``url``, ``headers``,
-``_should_upgrade``): tests/test_wire.py sends such requests to a served uvicorn, and pyproject pins the range.
+``_should_upgrade``): tests/api/test_wire.py sends such requests to a served uvicorn, and pyproject pins the range.
 
 The lock operations' plain POSTs are handed to the app's direct lane (app.api.direct says which, and why) when the
 connection has no request in progress: the protocol reads the body, and a placeholder cycle (``_DirectCycle``)
@@ -26,7 +26,7 @@ stands where uvicorn's would, so that what follows on the connection waits in uv
 connection or a shutdown is noted as on any cycle, and the answer is written as uvicorn writes one, then
 ``on_response_complete`` as uvicorn calls it. This relies on more of uvicorn's internals (``cycle``, ``pipeline``,
 ``flow``, ``server_state``, ``on_response_complete``, ``STATUS_LINE``, its proxy-headers layer's
-``trusted_hosts``): tests/test_direct.py serves the same requests with and without the lane.
+``trusted_hosts``): tests/api/test_direct.py serves the same requests with and without the lane.
 """
 
 from __future__ import annotations

@@ -17,13 +17,19 @@ WAL flush for many locks (group commit, as databases do while the log is busy). 
   failure is everyone's (the database unavailable: their own statements would wait out the same timeouts again).
 - A caller that goes away before its statement is sent is left out; one that goes away while it runs is handed to
   ``orphaned`` with its result (the store releases a lease granted to nobody).
+
+The statements come with the runner that runs them (app.db.runner.Statements, or anything with its ``fetch``), so a
+caller goes from its store to the runner through this one object, and nothing here knows a lock or a database: the
+single statement takes an operation's fields as its arguments and answers its row, or none; the batched one takes
+one array per field and answers a row per name it decided, whose ``ok`` is NULL when another transaction held that
+row locked (BUSY).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 #: Operations per statement, at most: a batch of this many takes a few milliseconds; more would only wait longer.
 LIMIT = 64
@@ -43,12 +49,23 @@ BUSY: Final = Busy()
 
 
 class Operation(Protocol):
+    """An operation on one name: a tuple of its statement's arguments (a NamedTuple), the name among them."""
+
     @property
     def name(self) -> str: ...
 
+    def __iter__(self) -> Iterator[Any]: ...
 
+
+class Runner(Protocol):
+    """What runs a statement: ``fetch(operation, sql, *args)``, its rows (app.db.runner.Statements)."""
+
+    async def fetch(self, operation: str, sql: str, *args: Any) -> list[Any]: ...
+
+
+#: A statement as the runner takes it: the operation it is observed as, and its SQL.
+Statement = tuple[str, str]
 Op = TypeVar("Op", bound=Operation)
-R = TypeVar("R")
 
 
 def _not_shared(_: Exception) -> Exception | None:
@@ -63,39 +80,41 @@ def _keep(_op: object, _result: object) -> None:
     return None
 
 
-class Batches(Generic[Op, R]):
-    """``submit(op)``: ``one(op)`` runs the single statement; ``many([op, ...])`` the batched one, returning a result
-    (or BUSY) per operation in the same order. ``busy()`` says whether every pool connection is lent (then callers
-    wait for a statement of this kind to finish); ``shared(error)``, for a batch that failed, a copy of the error for
-    each caller if it is everyone's, else None; ``orphaned(op, result)`` is told of a result whose caller went away."""
+class Batches(Generic[Op]):
+    """``submit(op)``: ``runner`` runs ``one``, the single statement, or ``many``, the batched one (see above); an
+    operation's result is its row, or None. ``busy()`` says whether every pool connection is lent (then callers wait
+    for a statement of this kind to finish); ``shared(error)``, for a batch that failed, a copy of the error for each
+    caller if it is everyone's, else None; ``orphaned(op, row)`` is told of a result whose caller went away."""
 
     def __init__(
         self,
-        one: Callable[[Op], Awaitable[R]],
-        many: Callable[[Sequence[Op]], Awaitable[Sequence[R | Busy]]],
+        runner: Runner,
+        one: Statement,
+        many: Statement,
         *,
         busy: Callable[[], bool] = _never_busy,
         shared: Callable[[Exception], Exception | None] = _not_shared,
-        orphaned: Callable[[Op, R], None] = _keep,
+        orphaned: Callable[[Op, Any], None] = _keep,
         limit: int = LIMIT,
         overdue: float = OVERDUE,
     ) -> None:
-        self._one, self._many, self._busy, self._shared, self._orphaned = one, many, busy, shared, orphaned
+        self._runner, self._one_sql, self._many_sql = runner, one, many
+        self._busy, self._shared, self._orphaned = busy, shared, orphaned
         self._limit, self._overdue = limit, overdue
         self._in_flight = 0
         self._young = 0  # statements in flight for less than OVERDUE: they hold back what arrives
         self._names: set[str] = set()  # names in a statement in flight
-        self._pending: list[tuple[Op, asyncio.Future[R]]] = []
+        self._pending: list[tuple[Op, asyncio.Future[Any]]] = []
         self._leading = False  # an operation is letting this turn's others join it
         self._tasks: set[asyncio.Task[None]] = set()
         #: Statements run, and operations they carried (batched ones only), what the tests look at.
         self.batches = 0
         self.batched = 0
 
-    async def submit(self, op: Op) -> R:
+    async def submit(self, op: Op) -> Any:
         """``op``'s result, from its own statement or a batched one, as early as the rules above allow."""
         if self._leading or self._pending or op.name in self._names or self._held_back():
-            waiter: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+            waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._pending.append((op, waiter))
             return await waiter
         self._leading = True  # until the turn ends, what arrives joins this operation
@@ -117,7 +136,7 @@ class Batches(Generic[Op, R]):
         """Whether what arrives now waits: a statement of this kind is young, or every connection is lent."""
         return self._young > 0 or (self._in_flight > 0 and self._busy())
 
-    async def _own(self, op: Op) -> R:
+    async def _own(self, op: Op) -> Any:
         """The caller's own statement, run in its own task."""
         end = self._begin({op.name})
         try:
@@ -125,6 +144,17 @@ class Batches(Generic[Op, R]):
         finally:
             end()
             self._dispatch()
+
+    async def _one(self, op: Op) -> Any:
+        """The single statement: the operation's row, or None."""
+        rows = await self._runner.fetch(*self._one_sql, *op)
+        return rows[0] if rows else None
+
+    async def _many(self, ops: Sequence[Op]) -> list[Any]:
+        """The batched statement: each operation's row, None, or BUSY."""
+        rows = await self._runner.fetch(*self._many_sql, *(list(column) for column in zip(*ops, strict=True)))
+        by_name = {row["name"]: row for row in rows}
+        return [BUSY if (row := by_name.get(op.name)) is not None and row["ok"] is None else row for op in ops]
 
     def _begin(self, names: set[str]) -> Callable[[], None]:
         """Count a statement in flight (young until OVERDUE); the function returned ends it."""
@@ -151,8 +181,8 @@ class Batches(Generic[Op, R]):
         """Send what waits as one statement, unless a young statement or a full pool holds it back."""
         if not self._pending or self._held_back():
             return
-        batch: list[tuple[Op, asyncio.Future[R]]] = []
-        later: list[tuple[Op, asyncio.Future[R]]] = []
+        batch: list[tuple[Op, asyncio.Future[Any]]] = []
+        later: list[tuple[Op, asyncio.Future[Any]]] = []
         names: set[str] = set()
         for op, waiter in self._pending:
             if waiter.done():  # its caller went away before the statement was sent
@@ -180,7 +210,7 @@ class Batches(Generic[Op, R]):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: list[tuple[Op, asyncio.Future[R]]]) -> None:
+    async def _run(self, batch: list[tuple[Op, asyncio.Future[Any]]]) -> None:
         try:
             if len(batch) == 1:
                 await self._alone(*batch[0])
@@ -192,7 +222,7 @@ class Batches(Generic[Op, R]):
             self._pending = []
             raise
 
-    async def _together(self, batch: list[tuple[Op, asyncio.Future[R]]]) -> None:
+    async def _together(self, batch: list[tuple[Op, asyncio.Future[Any]]]) -> None:
         try:
             results = await self._many([op for op, _ in batch])
         except Exception as exc:
@@ -215,7 +245,7 @@ class Batches(Generic[Op, R]):
         if busy:  # rows another transaction holds: each waits for its own, outside the batch
             await asyncio.gather(*(self._alone(op, waiter) for op, waiter in busy if not waiter.done()))
 
-    async def _alone(self, op: Op, waiter: asyncio.Future[R]) -> None:
+    async def _alone(self, op: Op, waiter: asyncio.Future[Any]) -> None:
         try:
             result = await self._one(op)
         except Exception as exc:
@@ -224,7 +254,7 @@ class Batches(Generic[Op, R]):
             return
         self._answer(op, waiter, result)
 
-    def _answer(self, op: Op, waiter: asyncio.Future[R], result: R) -> None:
+    def _answer(self, op: Op, waiter: asyncio.Future[Any], result: Any) -> None:
         if waiter.done():
             self._orphaned(op, result)
         else:

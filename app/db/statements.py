@@ -80,7 +80,7 @@ def _cancel_on_server(conn: Any, timeout: float) -> None:
     too, so no standby can rejoin to end the wait. asyncpg sends a cancel request on its command timeout, but
     ``terminate()`` cancels it before it is sent. A cancel request takes no connection slot; its outcome is not
     waited for (the statement's is unknown either way: the caller gets a 503). Uses asyncpg's own cancel helper,
-    pinned with asyncpg (tests/test_failover.py fails if it stops working)."""
+    pinned with asyncpg (tests/system/ha/test_failover.py fails if it stops working)."""
     protocol = getattr(conn, "_protocol", None)
     if protocol is None:  # already aborted
         return

@@ -18,7 +18,7 @@ SLOT_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 #: A tick-time key (docs/slots.md): an instant written exactly as the API writes times, UTC with milliseconds
 #: (``2026-11-30T02:00:00.000Z``), the form the server gives a schedule's slot and every adapter sends. Such keys
 #: compare as times (their text, byte for byte, orders them): the name's ticks only move forward. TICK_SQL is the
-#: same pattern for the statements (tests/test_slots.py checks both agree).
+#: same pattern for the statements (tests/locking/test_slots.py checks both agree).
 TICK = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{3}Z")
 TICK_SQL = f"'^{TICK.pattern}$'"
 #: Attempts before giving up on agreeing with the database's clock (each one after the first learned its now).

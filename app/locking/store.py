@@ -19,15 +19,16 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from app.coalescing.batches import BUSY, Batches
-from app.coalescing.flights import Alone, Answer, Failed, Flights, Outcome
+from app.coalescing.batches import Batches
+from app.coalescing.flights import Flights
 from app.db.pool import StatementPool
 from app.db.runner import Observer, Statements
 from app.db.schema import qualified_name, runs_table
-from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, StorageUnavailable
+from app.errors import LockHeld, LockNotFound, SchemaNotMigrated, StorageUnavailable
 from app.locking import slots
 from app.locking.leases import hash_token, new_token, released_marker
 from app.locking.listing import list_query
+from app.locking.outcomes import everyones, follow, lease_row
 from app.locking.rows import Lease, LockRow, Page, held, row_from, slot_done
 from app.locking.statements import AcquireOp, LockStatements, ReleaseOp
 
@@ -55,18 +56,16 @@ class LockStore:
         self._refusals: dict[str, tuple[LockRow, LockHeld]] = {}
         self._orphans: set[asyncio.Task[Any]] = set()
         busy = statements.pool.saturated
-        self.acquires: Batches[AcquireOp, Any] = Batches(
-            lambda op: self._one("acquire", sql.acquire, op),
-            lambda ops: self._many("acquire_batch", sql.acquire_many, ops),
+        self.acquires: Batches[AcquireOp] = Batches(
+            statements,
+            ("acquire", sql.acquire),
+            ("acquire_batch", sql.acquire_many),
             busy=busy,
-            shared=_everyones,
+            shared=everyones,
             orphaned=self._release_orphan,
         )
-        self.releases: Batches[ReleaseOp, Any] = Batches(
-            lambda op: self._one("release", sql.release, op),
-            lambda ops: self._many("release_batch", sql.release_many, ops),
-            busy=busy,
-            shared=_everyones,
+        self.releases: Batches[ReleaseOp] = Batches(
+            statements, ("release", sql.release), ("release_batch", sql.release_many), busy=busy, shared=everyones
         )
 
     @classmethod
@@ -102,7 +101,7 @@ class LockStore:
                 return Lease(row_from(record), token)
             return await self._refused(name, record)
 
-        outcome = await self._acquiring.run(name, attempt, _follow)
+        outcome = await self._acquiring.run(name, attempt, follow)
         if isinstance(outcome, Lease):
             return outcome
         raise self._held(name, outcome)
@@ -165,7 +164,7 @@ class LockStore:
         """End the lease; ``completed`` (the job finished) records its slot, if it has one, as completed."""
         token_hash = hash_token(token)
         record = await self.releases.submit(ReleaseOp(name, token_hash, released_marker(token_hash), completed))
-        return _outcome(name, [] if record is None else [record], "release")
+        return lease_row(name, [] if record is None else [record], "release")
 
     def _release_orphan(self, op: AcquireOp, record: Any) -> None:
         """A batch granted a lease to a caller that had gone: release it, so the lock is not held for nobody."""
@@ -181,23 +180,11 @@ class LockStore:
         if not task.cancelled() and task.exception() is not None:
             logger.warning("a lease granted to a caller that had gone could not be released: %s", task.exception())
 
-    async def _one(self, operation: str, sql: str, op: AcquireOp | ReleaseOp) -> Any:
-        """The single-name statement: its row, or None."""
-        rows = await self.fetch(operation, sql, *op)
-        return rows[0] if rows else None
-
-    async def _many(self, operation: str, sql: str, ops: Sequence[AcquireOp | ReleaseOp]) -> list[Any]:
-        """The batched statement (arguments as arrays, one element per operation): each operation's row, None, or
-        BUSY (its row was locked by another transaction)."""
-        rows = await self.fetch(operation, sql, *(list(column) for column in zip(*ops, strict=True)))
-        by_name = {row["name"]: row for row in rows}
-        return [BUSY if (row := by_name.get(op.name)) is not None and row["ok"] is None else row for op in ops]
-
     async def extend(
         self, name: str, token: str, lock_at_most_for: timedelta, lock_at_least_for: timedelta | None
     ) -> LockRow:
         rows = await self.fetch("extend", self.sql.extend, name, hash_token(token), lock_at_most_for, lock_at_least_for)
-        return _outcome(name, rows, "extend")
+        return lease_row(name, rows, "extend")
 
     async def force_release(self, name: str, by: str, reason: str) -> tuple[bool, LockRow]:
         """Free ``name`` now if it is held, ending its lease and recording its run as force-released by ``by``
@@ -241,38 +228,3 @@ class LockStore:
     async def count_held(self) -> int:
         """How many locks are held now (Java rows too). A scan of the table: for metrics, not the hot path."""
         return int((await self.fetch("count_held", self.sql.count_held))[0]["n"])
-
-
-def _outcome(name: str, rows: list[Any], action: str) -> LockRow:
-    if not rows:
-        raise LockNotFound(f"no lock named {name!r}", name=name)
-    row = row_from(rows[0])
-    if not rows[0]["ok"]:
-        raise NotHolder(
-            f"cannot {action} {name!r}: this token no longer holds the lock "
-            "(released, expired, taken over, or never issued for it)",
-            name=name,
-        )
-    return row
-
-
-def _everyones(error: Exception) -> Exception | None:
-    """A copy of ``error`` for each caller of a failed statement when it would be theirs too: the database is
-    unavailable (their own statements would wait out the same timeouts) or not migrated. None otherwise."""
-    if isinstance(error, StorageUnavailable | SchemaNotMigrated):
-        return error.again()
-    return None
-
-
-def _follow(outcome: Outcome[Lease | LockRow]) -> Answer[Lease | LockRow] | Failed | Alone:
-    """An acquire that queued behind another of the same name: after a lease was granted or the holder found, the
-    lock is held, by that lease or that holder; after the database failed, the same error; after anything else
-    (the first caller was cancelled, say), it runs its own statement."""
-    match outcome:
-        case Answer(Lease() as lease):
-            return Answer(lease.row)
-        case Answer(row):
-            return Answer(row)
-        case Failed(Exception() as exc) if (error := _everyones(exc)) is not None:
-            return Failed(error)
-    return Alone()

@@ -4,7 +4,7 @@ Labels stay bounded: HTTP metrics are labelled by route template (``/v1/locks/{n
 path, and no metric carries a lock name. Lock outcomes are counted in one place, ``app.api.middleware.observe``,
 from the route and the response status; database statements are timed through the store's observer callback
 (``Metrics.observe_db``). What needs the database (the number of held locks) is computed when Prometheus
-scrapes, at most once per ``held_locks_max_age`` seconds, never on a request's path.
+scrapes, at most once per ``held_locks_max_age`` seconds, never on a request's path (app.ops.scrape).
 
 The jobs' metrics (docs/jobs.md) are the one exception to "no lock name in a label": they carry ``job_name``, the
 name of a registered job (not ``job``: Prometheus sets that label on every series it scrapes, and would rename
@@ -20,9 +20,7 @@ With more than one worker process (``serve --workers N``) the values are shared 
 from __future__ import annotations
 
 import contextlib
-import math
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from prometheus_client import (
@@ -35,17 +33,15 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from app import __version__
 from app.background import every
 from app.db.runner import STATEMENT_OPERATIONS
-from app.errors import SchedlockError, StorageUnavailable
-from app.jobs.status import Jobs, JobStatus
+from app.jobs.status import Jobs
 from app.locking.store import LockStore
 from app.ops import multiprocess
-from app.ops.job_metrics import count_ticks, job_families
+from app.ops.scrape import POOL_HELP, POOL_MAX_HELP, Scraped, StateCollector
 
 # The *_created series double what Prometheus stores and no query here needs them. (A process-wide switch.)
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -63,8 +59,6 @@ LOCK_OUTCOMES: dict[str, tuple[str, ...]] = {
 #: What a job webhook's POST can come to (schedlock_job_webhook_posts_total's ``result``).
 WEBHOOK_RESULTS = ("delivered", "failed", "given_up")
 
-POOL_HELP = "Open database connections of the server (all its worker processes), busy or idle."
-POOL_MAX_HELP = "The most connections the server may open: SCHEDLOCK_POOL_MAX_SIZE per worker process."
 #: How often each of several workers writes its pool's figures for the others' scrapes.
 POOL_SAMPLE_SECONDS = 1.0
 
@@ -78,8 +72,8 @@ class Metrics:
 
     def __init__(self, held_locks_max_age: float = 5.0, shared: str | None = None) -> None:
         self.registry = CollectorRegistry()
-        self.held_locks_max_age = held_locks_max_age
         self.shared = shared
+        self.scraped = Scraped(held_locks_max_age, shared)
         r = None if shared else self.registry
         self.requests = Counter(
             "schedlock_http_requests", "HTTP requests served.", ["method", "route", "status"], registry=r
@@ -149,7 +143,7 @@ class Metrics:
             ProcessCollector(registry=self.registry)
             GCCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        self.registry.register(_StateCollector(self))
+        self.registry.register(StateCollector(self.scraped))
 
         self._outcomes = {
             (op, outcome): self.lock_operations.labels(op, outcome)
@@ -158,32 +152,32 @@ class Metrics:
         }
         self._db = {op: (self.db_duration.labels(op), self.db_errors.labels(op)) for op in STATEMENT_OPERATIONS}
         self._http: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self.pool: Any = None
-        self.store: LockStore | None = None
-        self.held_locks: int | None = None
-        self._held_checked = -math.inf
-        self.jobs: Jobs | None = None
-        self.job_statuses: list[JobStatus] | None = None
-        #: Ticks seen decided, per (job, state), and per job the newest tick counted.
-        self.job_ticks: dict[tuple[str, str], int] = {}
-        self._ticks_counted: dict[str, Any] = {}
-        self._jobs_checked = -math.inf
+
+    @property
+    def held_locks_max_age(self) -> float:
+        """Seconds a scrape-time reading (the held locks, the jobs' states) is kept before it is read again."""
+        return self.scraped.max_age
+
+    @held_locks_max_age.setter
+    def held_locks_max_age(self, seconds: float) -> None:
+        self.scraped.max_age = seconds
 
     def watch(self, pool: Any, store: LockStore, jobs: Jobs | None = None) -> None:
         """Report on this pool, this store's table and its jobs (called by the lifespan once they exist)."""
-        self.pool, self.store, self.jobs = pool, store, jobs
+        self.scraped.pool, self.scraped.store, self.scraped.jobs = pool, store, jobs
         self.sample_pool()
 
     def sample_pool(self) -> None:
         """Write this worker's pool figures where the other workers' scrapes read them (shared metrics only: one
         process reads its pool when scraped)."""
-        if self._pool_gauges is None or self.pool is None:
+        pool = self.scraped.pool
+        if self._pool_gauges is None or pool is None:
             return
         busy, idle, most = self._pool_gauges
-        size, free = self.pool.get_size(), self.pool.get_idle_size()
+        size, free = pool.get_size(), pool.get_idle_size()
         busy.set(size - free)
         idle.set(free)
-        most.set(self.pool.get_max_size())
+        most.set(pool.get_max_size())
 
     @contextlib.asynccontextmanager
     async def sampling(self) -> AsyncIterator[None]:
@@ -233,81 +227,9 @@ class Metrics:
         return encoder(self.registry), content_type
 
     async def refresh_held_locks(self) -> None:
-        """Count the held locks, unless the last count is fresh enough. A failure leaves the gauge out of the
-        scrape (rather than a stale number) and is not retried before the next ``held_locks_max_age``."""
-        if self.store is None or time.monotonic() - self._held_checked < self.held_locks_max_age:
-            return
-        self._held_checked = time.monotonic()
-        try:
-            self.held_locks = await self.store.count_held()
-        except StorageUnavailable:
-            self.held_locks = None
+        """Count the held locks for the next scrape, unless the last count is fresh enough (app.ops.scrape)."""
+        await self.scraped.refresh_held_locks()
 
-    async def refresh_jobs(self, page: int = 500) -> None:
-        """Every job's state, unless the last reading is fresh enough (``held_locks_max_age``). A failure leaves the
-        jobs' gauges out of the scrape until the next reading."""
-        if self.jobs is None or time.monotonic() - self._jobs_checked < self.held_locks_max_age:
-            return
-        self._jobs_checked = time.monotonic()
-        try:
-            statuses: list[JobStatus] = []
-            after: str | None = None
-            while True:
-                found, more, db_time = await self.jobs.store.page(limit=page, after=after, prefix=None, scope=None)
-                statuses += await self.jobs.statuses(found, db_time) if found else []
-                if not more:
-                    break
-                after = found[-1].name
-        except SchedlockError:
-            self.job_statuses = None
-            return
-        self.job_statuses = statuses
-        self._count_ticks(statuses)
-
-    def _count_ticks(self, statuses: list[JobStatus]) -> None:
-        if self.shared is None:
-            count_ticks(statuses, self.job_ticks, self._ticks_counted)
-            return
-        with multiprocess.shared_ticks(self.shared) as (ticks, counted):
-            count_ticks(statuses, ticks, counted)
-
-    def ticks(self) -> dict[tuple[str, str], int]:
-        """The ticks counted so far: this process's, or the server's when shared (whichever worker read them)."""
-        return self.job_ticks if self.shared is None else multiprocess.read_ticks(self.shared)
-
-
-class _StateCollector:
-    """Gauges read at scrape time: pool usage (of one process; several workers share theirs in files), and the
-    held-lock count cached by ``refresh_held_locks``."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-
-    def describe(self) -> Iterable[Metric]:
-        pool_open, pool_max, held = self._families()
-        return [held] if self._metrics.shared else [pool_open, pool_max, held]
-
-    def collect(self) -> Iterable[Metric]:
-        m = self._metrics
-        pool_open, pool_max, held = self._families()
-        if m.pool is not None and m.shared is None:
-            size, idle = m.pool.get_size(), m.pool.get_idle_size()
-            pool_open.add_metric(["busy"], size - idle)
-            pool_open.add_metric(["idle"], idle)
-            pool_max.add_metric([], m.pool.get_max_size())
-            yield from (pool_open, pool_max)
-        if m.held_locks is not None:
-            held.add_metric([], m.held_locks)
-            yield held
-        if m.job_statuses is not None:
-            yield from job_families(m.job_statuses, m.ticks())
-
-    @staticmethod
-    def _families() -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily("schedlock_db_pool_connections", POOL_HELP, labels=["state"])
-        yield GaugeMetricFamily("schedlock_db_pool_max_connections", POOL_MAX_HELP)
-        yield GaugeMetricFamily(
-            "schedlock_locks_held",
-            "Locks whose lock_until is in the future by the database clock, in the whole table (Java rows too). "
-            "The same for every replica: aggregate with max(), not sum().",
-        )
+    async def refresh_jobs(self) -> None:
+        """Read every job's state for the next scrape, unless the last reading is fresh enough (app.ops.scrape)."""
+        await self.scraped.refresh_jobs()

@@ -1,7 +1,7 @@
 // @ts-check
 // A node-cron scheduler whose task runs once per tick across every node that runs this file, with schedlock.
-// The suite runs it as several processes against a live server (tests/integrations/test_node_cron_gocron.py); the
-// knobs in the environment are for that: JOB_NAME, SCHEDULE (six fields: seconds too), LEASE_MS,
+// The suite runs it as several processes against a live server (tests/system/integrations/test_node_cron_gocron.py);
+// the knobs in the environment are for that: JOB_NAME, SCHEDULE (six fields: seconds too), LEASE_MS,
 // JOB=ok|fail|hang, FAIL_OPEN.
 // Each thing it does is one JSON line on stdout.
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from tests.chaos.pgbouncer import PgBouncer
-from tests.chaos.proxy import ChaosProxy
 from tests.support.faketime import libfaketime
+from tests.support.faultproxy import FaultProxy
 from tests.support.pgcluster import PgCluster
 from tests.support.replication import ReplicatedPair, replicated_pair
 from tests.support.servers import LiveServer, free_port, spawn_server, stop_server, wait_for
@@ -61,8 +61,8 @@ class Topology:
         # (tests/support/replication.py), for the nemesis to promote.
         self.pair: ReplicatedPair | None = replicated_pair(synchronous=True) if standby else None
         self.cluster = self.pair.primary if self.pair is not None else PgCluster()
-        self.proxies: list[ChaosProxy] = []
-        self.java_proxy: ChaosProxy | None = None
+        self.proxies: list[FaultProxy] = []
+        self.java_proxy: FaultProxy | None = None
         self.servers: list[LiveServer | None] = []
         self.planted = planted
         self.clock_file = workdir / "clock"
@@ -84,8 +84,8 @@ class Topology:
             if pgbouncer:  # the last server reaches Postgres through PgBouncer, behind its fault proxy
                 self.pgbouncer = PgBouncer(self.cluster.port, self.dbname)
                 targets[-1] = self.pgbouncer.port
-            self.proxies = [ChaosProxy(target) for target in targets]
-            self.java_proxy = ChaosProxy(self.cluster.port)  # never broken: it follows a promotion
+            self.proxies = [FaultProxy(target) for target in targets]
+            self.java_proxy = FaultProxy(self.cluster.port)  # never broken: it follows a promotion
             self.ports = [free_port() for _ in range(servers)]
             self.servers = [None] * servers
             for index in range(servers):  # all at once: a server takes seconds to start on a loaded machine
@@ -127,7 +127,7 @@ class Topology:
         env["SCHEDLOCK_DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{self.proxies[index].port}/{self.dbname}"
         if index == 1:
             # Every clock of the process (monotonic ones too: faking only the wall clock made libuv and asyncpg mix
-            # two clocks, tests/test_replicas.py), from a file re-read every second.
+            # two clocks, tests/system/ha/test_replicas.py), from a file re-read every second.
             env |= {"LD_PRELOAD": libfaketime(), "FAKETIME_TIMESTAMP_FILE": str(self.clock_file)}
             env |= {"FAKETIME_CACHE_DURATION": "1"}
         if self.pgbouncer is not None and index == len(self.proxies) - 1:

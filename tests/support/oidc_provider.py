@@ -1,4 +1,4 @@
-"""A real OpenID provider for the suite: zitadel/oidc's example provider (tests/integrations/oidc/main.go configures
+"""A real OpenID provider for the suite: zitadel/oidc's example provider (tests/system/integrations/oidc/main.go configures
 it), built once per session with Go's module and build caches and run on a loopback port. It issues JWT access
 tokens by the client-credentials grant to the clients it is started with.
 

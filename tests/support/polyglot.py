@@ -1,7 +1,7 @@
-"""The polyglot tests' helpers (their fixtures are in tests/polyglot/conftest.py): the API token the example
+"""The polyglot tests' helpers (their fixtures are in tests/system/polyglot/conftest.py): the API token the example
 programs use, the tools that build them, and a built example driver as a program to run.
 
-Each language has a driver (tests/polyglot/{java,go,node}) that runs one scenario through the example file and
+Each language has a driver (tests/system/polyglot/{java,go,node}) that runs one scenario through the example file and
 prints one JSON object as its last line of output; the tests assert on it and on the server's own view.
 """
 
@@ -23,7 +23,7 @@ from tests.support.servers import LiveServer
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "examples"
-DRIVERS = ROOT / "tests" / "polyglot"
+DRIVERS = ROOT / "tests" / "system" / "polyglot"
 #: The secret the example programs get in SCHEDLOCK_TOKEN; the token may use names under "poly." and the examples'
 #: own "nightly-report".
 SECRET = "polyglot-secret-" + "p" * 40

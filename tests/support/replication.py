@@ -54,7 +54,7 @@ class ReplicatedPair:
         """While inside, the WAL the primary sends is lost on the way (a partition, a standby gone silent): the
         standby receives nothing more. Synchronous commits wait for it; asynchronous ones are acknowledged all the
         same. Nothing held back is delivered later: once the primary is gone, what it sent is gone."""
-        self.link.mode = "drop_replies"
+        self.link.set_mode("drop_replies")
         yield
 
     def destroy(self) -> None:

@@ -1,4 +1,4 @@
-"""Scheduler processes for tests/integrations/: APScheduler, Celery (worker with embedded beat) and django-cron
+"""Scheduler processes for tests/system/integrations/: APScheduler, Celery (worker with embedded beat) and django-cron
 nodes (tests/support/nodes/), started side by side on one lock, and what their jobs recorded.
 
 Each node's job appends ``<tick> <node> <event>`` lines (start, fail, done) to one record file; a node also records

@@ -1,6 +1,6 @@
-"""The Java side of tests/integrations/: the Maven build of integrations/java (the ShedLock provider) and of the
-programs that run it with the real ShedLock (tests/integrations/java/), built once per session; the driver program
-that runs scenarios one command at a time; Spring Boot JVMs started side by side.
+"""The Java side of tests/system/integrations/: the Maven build of integrations/java (the ShedLock provider) and of
+the programs that run it with the real ShedLock (tests/system/integrations/java/), built once per session; the driver
+program that runs scenarios one command at a time; Spring Boot JVMs started side by side.
 
 The build uses the local Maven repository (~/.m2) like any Maven project: the first run downloads ShedLock, Spring
 and the Postgres driver from Maven Central, later runs need no network.
@@ -29,7 +29,7 @@ from tests.support.polyglot import require
 from tests.support.servers import LiveServer
 
 ROOT = Path(__file__).parents[2]
-BUILD = ROOT / "tests" / "integrations" / "java"
+BUILD = ROOT / "tests" / "system" / "integrations" / "java"
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Build:
 
 @functools.cache
 def build() -> Build:
-    """`mvn -q package` of tests/integrations/java (the provider included), once per session; a failure fails."""
+    """`mvn -q package` of tests/system/integrations/java (the provider included), once per session; a failure fails."""
     mvn = require("mvn", "maven")
     # C1 only and the serial collector: about half Maven's CPU time for a build this small, on a 2-core machine.
     env = {**os.environ, "MAVEN_OPTS": f"{os.environ.get('MAVEN_OPTS', '')} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
@@ -81,7 +81,7 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 class Driver:
-    """tests/integrations/java/shedlock7's Driver: one command a line in, one JSON object a line out."""
+    """tests/system/integrations/java/shedlock7's Driver: one command a line in, one JSON object a line out."""
 
     def __init__(self, command: list[str], env: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen(
@@ -141,7 +141,7 @@ class Driver:
 
 @dataclass
 class Jvm:
-    """A Spring Boot JVM of tests/integrations/java/boot3, its JSON lines read as they come."""
+    """A Spring Boot JVM of tests/system/integrations/java/boot3, its JSON lines read as they come."""
 
     process: subprocess.Popen[str]
     events: list[dict[str, Any]] = field(default_factory=list)

@@ -16,7 +16,7 @@ exactly those routes itself:
 - it calls the route's own endpoint function, and answers errors through ``app.api.errors``.
 
 The routes stay ordinary FastAPI routes: they document the API (OpenAPI, /docs), and without this middleware
-FastAPI serves them the generic way with the same results (tests/test_lean.py compares the two). Served by
+FastAPI serves them the generic way with the same results (tests/api/test_lean.py compares the two). Served by
 app.api.protocol, most of their POSTs do not even come this far: the direct lane (app.api.direct) serves them from
 the protocol with this middleware's table and endpoints (``plain_post``), without the ASGI layers.
 """
@@ -89,7 +89,7 @@ class LeanRoutes:
         route's ending, without the pattern's regular expression: ``<prefix>{name}<ending>`` with a name that may
         be any text (app.api.routes.locks' ``lockpath``) matches such a path, the name being what lies between.
         Anything else (another method, a root path, a path too short to hold both) is left to ``route.matches``;
-        tests/test_lean.py compares the two. The child scope is APIRoute.matches': the endpoint, the name, the route.
+        tests/api/test_lean.py compares the two. The child scope is APIRoute.matches': the endpoint, the name, the route.
         """
         if scope["method"] != "POST" or scope.get("root_path"):
             return None

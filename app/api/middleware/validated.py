@@ -15,7 +15,7 @@ input, so what passed once passes again:
 Only inputs that passed are kept, never a failure, so every bad input is validated (and answered) as before. Each
 record is bounded (small inputs only, a fixed number, forgotten all at once when full): a caller inventing names
 or bodies costs at most this memory. The endpoint's own checks (the caller's rights, the server's maximum duration)
-run on every request, as before. tests/test_validated.py.
+run on every request, as before. tests/api/test_validated.py.
 """
 
 from __future__ import annotations

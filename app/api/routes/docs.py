@@ -3,8 +3,8 @@
 fastapi_offline serves Swagger UI and ReDoc's bundles from the app, but ReDoc's bundle itself loads one thing from
 the internet: the Redocly logo beside its "API docs by Redocly" link (``https://cdn.redoc.ly/redoc/logo-mini.svg``),
 a broken image offline and a request to a third party online. This route serves the same bundle with that URL
-replaced by an empty inline image; everything else is fastapi_offline's. tests/test_docs_page.py opens the page
-in a browser with the network cut off.
+replaced by an empty inline image; everything else is fastapi_offline's. tests/system/browser/test_docs_page.py opens
+the page in a browser with the network cut off.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ router = APIRouter(include_in_schema=False)
 def redoc_bundle() -> bytes:
     """ReDoc's bundle as fastapi_offline ships it, minus its one request to a CDN (read once, on first use)."""
     bundle = _BUNDLE.read_bytes()
-    assert _LOGO in bundle, "ReDoc's bundle changed: check what it loads from outside (tests/test_docs_page.py)"
+    assert _LOGO in bundle, (
+        "ReDoc's bundle changed: check what it loads from outside (tests/system/browser/test_docs_page.py)"
+    )
     return bundle.replace(_LOGO, _EMPTY_IMAGE)
 
 

@@ -4,9 +4,9 @@
 
 import { api, base } from "./api.js";
 import { $, fill, formatTime, setHolder, setStatus, setTime, tick } from "./format.js";
+import { listPage } from "./listing.js";
 
 const MAX = Number(document.body.dataset.listMax) || 100; // the server's SCHEDLOCK_LIST_MAX_LIMIT
-const PAGE = Math.min(100, MAX);
 const LABELS = { timed_out: "timed out" };
 
 /** A job's state badge: up, late, down, paused or new. */
@@ -39,8 +39,12 @@ export function jobsPage() {
   const form = $("filters");
   const rows = $("job-rows");
   const template = $("job-row");
-  let cursor = null;
-  let shown = 0;
+
+  function params() {
+    const params = new URLSearchParams();
+    if (form.prefix.value) params.set("prefix", form.prefix.value);
+    return params;
+  }
 
   function row(job) {
     const fragment = template.content.cloneNode(true);
@@ -55,47 +59,14 @@ export function jobsPage() {
     return fragment;
   }
 
-  async function load(append) {
-    const wanted = append ? PAGE : Math.max(shown, PAGE);
-    const items = [];
-    let after = append ? cursor : null;
-    let page;
-    try {
-      do {
-        const params = new URLSearchParams({ limit: String(Math.min(wanted - items.length, MAX)) });
-        if (form.prefix.value) params.set("prefix", form.prefix.value);
-        if (after) params.set("cursor", after);
-        page = await api(`/v1/jobs?${params}`);
-        items.push(...page.items);
-        after = page.next_cursor;
-      } while (after && items.length < wanted);
-    } catch (err) {
-      setStatus(`Could not load the jobs: ${err.message}`, true);
-      throw err;
-    }
-    if (!append) rows.textContent = "";
-    for (const job of items) rows.append(row(job));
-    shown = rows.children.length;
-    cursor = after;
-    $("more").hidden = !cursor;
-    $("empty").hidden = shown > 0;
+  function summary(shown, more) {
     const down = rows.querySelectorAll(".badge.job-down").length;
     const late = rows.querySelectorAll(".badge.job-late").length;
-    $("summary").textContent = `${shown}${cursor ? "+" : ""} job${shown === 1 ? "" : "s"} · ${down} down · ${late} late`;
-    setStatus(`Updated ${formatTime(page.db_time)}`);
-    tick();
+    return `${shown}${more ? "+" : ""} job${shown === 1 ? "" : "s"} · ${down} down · ${late} late`;
   }
 
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const params = new URLSearchParams();
-    if (form.prefix.value) params.set("prefix", form.prefix.value);
-    history.replaceState(null, "", `${base}/ui/jobs${params.size ? `?${params}` : ""}`);
-    shown = 0;
-    load(false).catch(() => {});
-  });
-  $("more").addEventListener("click", () => load(true).catch(() => {}));
-  return { refresh: () => ($("live").checked ? load(false) : Promise.resolve()) };
+  const list = listPage({ path: "/v1/jobs", params, rows, row, summary, what: "the jobs", address: "/ui/jobs" });
+  return { refresh: list.refresh };
 }
 
 export function jobPage() {

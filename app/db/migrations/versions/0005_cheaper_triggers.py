@@ -54,7 +54,7 @@ def token_name(locked_by: str) -> str:
     cheap to test first; then a match without the capture; then the name is cut out. A match ends with
     ``' [schedlock via ' || name || ' lease ' || hex || ']'``, where neither name nor hex holds a space or a
     bracket, so it starts at the last ``' [schedlock via '`` and the name runs to the next space.
-    tests/test_history_triggers.py compares the two on awkward holders."""
+    tests/db/test_history_triggers.py compares the two on awkward holders."""
     after_suffix = f"right({locked_by}, strpos(reverse({locked_by}), '{' [schedlock via '[::-1]}') - 1)"
     return (
         f"CASE WHEN {locked_by} LIKE '% [schedlock via % lease %]' AND {locked_by} ~ '{_TOKEN_SUFFIX_RE}' "

@@ -1,6 +1,6 @@
 // Command schedlock runs a command under a schedlock lock, and inspects or releases locks: the Python client's
 // `schedlock` command (docs/cli.md) as one static file, for images without Python. Same subcommands, options,
-// environment, output and exit codes; tests/cli_conformance runs one suite against both.
+// environment, output and exit codes; tests/system/cli_conformance runs one suite against both.
 //
 //	schedlock run --name nightly-backup --at-most 2h --keep-alive -- /usr/local/bin/backup.sh
 package main
@@ -30,7 +30,7 @@ const (
 )
 
 // The help texts are the Python CLI's own (scripts/cli_help.py writes them from its parser), so that both say the
-// same; tests/cli_conformance compares them.
+// same; tests/system/cli_conformance compares them.
 //
 //go:embed help/*.txt
 var helpFiles embed.FS

@@ -1,7 +1,8 @@
 // Command example is a gocron scheduler whose job runs once per tick across every process that runs it, with
-// schedlock. The suite runs it as several processes against a live server (tests/integrations/test_node_cron_gocron.py);
-// the knobs in the environment are for that: JOB_NAME, SCHEDULE (six fields: seconds too), LEASE_MS,
-// JOB=ok|fail|hang, FAIL_OPEN, and CLOCK_BEHIND_MS (a machine whose clock is slow). Each thing it does is one JSON line on stdout.
+// schedlock. The suite runs it as several processes against a live server
+// (tests/system/integrations/test_node_cron_gocron.py); the knobs in the environment are for that: JOB_NAME, SCHEDULE
+// (six fields: seconds too), LEASE_MS, JOB=ok|fail|hang, FAIL_OPEN, and CLOCK_BEHIND_MS (a machine whose clock is
+// slow). Each thing it does is one JSON line on stdout.
 package main
 
 import (
