@@ -10,8 +10,8 @@
 - ```java, ```go and ```js blocks must be verbatim excerpts of files the suite builds and runs: examples/, the ShedLock
   provider in integrations/ and the programs that run it in tests/system/integrations/java/.
 - ```toml and ```json token configurations (tokens, issuers, bindings) must load; a ```json log line must have
-  exactly the fields the server logs (docs/cli.md's ```json are the CLI's output shapes, which tests/system/cli_conformance
-  checks); ```promql may name only metrics the server exports; ```text is prose in a box.
+  exactly the fields the server logs (docs/cli.md's ```json are the CLI's output shapes, which
+  tests/system/cli_conformance checks); ```promql may name only metrics the server exports; ```text is prose in a box.
 
 Each page's examples run in the page's order against a server on a table of the page's own, so their outputs depend
 neither on what other tests did nor on the order pytest runs the pages in.

@@ -68,7 +68,10 @@ def test_the_helm_command_renders_what_the_page_says() -> None:
 
 
 #: Other pages with ```yaml blocks, and the test that checks them (workload identity's values and Deployment).
-YAML_CHECKED_ELSEWHERE = {"deploy.md": "tests/system/deploy/test_helm.py", "auth.md": "tests/system/deploy/test_helm_cronjob.py"}
+YAML_CHECKED_ELSEWHERE = {
+    "deploy.md": "tests/system/deploy/test_helm.py",
+    "auth.md": "tests/system/deploy/test_helm_cronjob.py",
+}
 
 
 def test_sql_and_yaml_blocks_appear_only_on_this_page() -> None:

@@ -1,5 +1,5 @@
-"""The two `schedlock` commands the CLI conformance suite runs (tests/system/cli_conformance): the Python client's, through
-its installed entry point, and the Go binary (integrations/go/cmd/schedlock), built once per session.
+"""The two `schedlock` commands the CLI conformance suite runs (tests/system/cli_conformance): the Python client's,
+through its installed entry point, and the Go binary (integrations/go/cmd/schedlock), built once per session.
 
 Each implementation comes in two builds: the real one, and one whose keep-alive floor is 1s instead of 30s (the
 Python CLI with its constant lowered, the Go binary linked with ``-X main.minimumKeepAlive=1s``), so keep-alive

@@ -1,6 +1,6 @@
-"""A real OpenID provider for the suite: zitadel/oidc's example provider (tests/system/integrations/oidc/main.go configures
-it), built once per session with Go's module and build caches and run on a loopback port. It issues JWT access
-tokens by the client-credentials grant to the clients it is started with.
+"""A real OpenID provider for the suite: zitadel/oidc's example provider (tests/system/integrations/oidc/main.go
+configures it), built once per session with Go's module and build caches and run on a loopback port. It issues JWT
+access tokens by the client-credentials grant to the clients it is started with.
 
 Cost (docs/auth.md, "Testing"): the first build downloads the modules and compiles them (about 1m45s on the 2-core CI
 machine, 16 MB binary); later builds come from Go's caches in seconds.

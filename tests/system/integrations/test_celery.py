@@ -8,6 +8,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from schedlock import LockClient
 from tests.support.schedulers import by_tick, in_order, nodes
 from tests.support.servers import LiveServer, free_port

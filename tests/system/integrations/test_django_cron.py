@@ -6,8 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
 from schedlock import LockClient
 from tests.support.schedulers import by_tick, in_order, nodes
 from tests.support.servers import LiveServer, free_port

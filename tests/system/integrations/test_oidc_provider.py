@@ -1,6 +1,6 @@
-"""A real OpenID provider (zitadel/oidc's example provider, tests/system/integrations/oidc) issues JWT access tokens by the
-client-credentials grant; schedlock trusts it by OIDC discovery and binds its clients by claims: one may take billing's
-locks, one may only read, one has no binding at all."""
+"""A real OpenID provider (zitadel/oidc's example provider, tests/system/integrations/oidc) issues JWT access tokens by
+the client-credentials grant; schedlock trusts it by OIDC discovery and binds its clients by claims: one may take
+billing's locks, one may only read, one has no binding at all."""
 
 from __future__ import annotations
 
