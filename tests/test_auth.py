@@ -120,7 +120,7 @@ _GOOD = SECRETS["billing"]
     ids=["canonical", "lower", "upper", "spaces", "field-whitespace"],
 )
 def test_the_bearer_grammar_accepts_rfc_6750_credentials(header: str) -> None:
-    assert Authenticator(Settings(tokens=token_config())).authenticate(header).name == "billing-cron"
+    assert asyncio.run(Authenticator(Settings(tokens=token_config())).authenticate(header)).name == "billing-cron"
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_the_bearer_grammar_accepts_rfc_6750_credentials(header: str) -> None:
 )
 def test_the_bearer_grammar_refuses_anything_else(header: str) -> None:
     with pytest.raises(Unauthorized, match="malformed"):
-        Authenticator(Settings(tokens=token_config())).authenticate(header)
+        asyncio.run(Authenticator(Settings(tokens=token_config())).authenticate(header))
 
 
 @pytest.mark.parametrize("space", ["\u00a0", "\u0085"], ids=["nbsp", "nel"])
@@ -291,7 +291,7 @@ access = "read-write"
     )
     for text in (toml_text, json_text):
         auth = Authenticator(Settings(tokens=text))
-        principal = auth.authenticate(f"Bearer {SECRETS['billing']}")
+        principal = asyncio.run(auth.authenticate(f"Bearer {SECRETS['billing']}"))
         assert principal.name == "billing-cron" and principal.can_write
         assert principal.prefixes == ("billing.",)  # billing.eu. is covered by billing.
 
@@ -338,8 +338,8 @@ def test_file_and_inline_tokens_combine(tmp_path: Path) -> None:
     )
     auth = Authenticator(Settings(tokens_file=file, tokens=inline))
     assert auth.token_count == 4
-    assert auth.authenticate("bearer " + "e" * 43).name == "extra"  # the scheme is case-insensitive
-    assert auth.authenticate(f"Bearer {SECRETS['ops']}").name == "ops"
+    assert asyncio.run(auth.authenticate("bearer " + "e" * 43)).name == "extra"  # the scheme is case-insensitive
+    assert asyncio.run(auth.authenticate(f"Bearer {SECRETS['ops']}")).name == "ops"
 
 
 async def test_tokens_file_is_reloaded_without_restart(
@@ -407,7 +407,7 @@ def test_new_token_and_hash_token(tmp_path: Path) -> None:
         "prefixes": ["deploy.", "ci."],
         "access": "read",
     }
-    principal = Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {secret}")
+    principal = asyncio.run(Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {secret}"))
     assert principal.name == "deploy-bot" and not principal.can_write
 
     hashed = cli("hash-token", stdin=secret + "\n")

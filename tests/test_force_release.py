@@ -207,7 +207,7 @@ def test_new_token_makes_admin_tokens() -> None:
     made = new_token("--admin")
     assert made.returncode == 0, made.stderr
     assert tomllib.loads(made.stderr)["tokens"][0]["admin"] is True
-    principal = Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {made.stdout.strip()}")
+    principal = asyncio.run(Authenticator(Settings(tokens=made.stderr)).authenticate(f"Bearer {made.stdout.strip()}"))
     assert principal.is_admin and principal.prefixes == ("fr.",)
     as_json = new_token("--admin", "--format", "json")
     assert json.loads(as_json.stderr)["admin"] is True

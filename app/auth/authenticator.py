@@ -122,7 +122,7 @@ class Authenticator:
     def token_count(self) -> int:
         return len(self._table or {})
 
-    def authenticate(self, authorization: str | None) -> Principal:
+    async def authenticate(self, authorization: str | None) -> Principal:
         """The caller behind an ``Authorization`` header value; raises Unauthorized. Never logs the secret."""
         table = self._table
         if table is None:

@@ -64,7 +64,7 @@ async def job_badge(name: LockName, request: Request) -> Response:
     authorization = request.headers.get("authorization")
     authenticator: Authenticator = request.app.state.auth
     if authorization or not authenticator.enabled:
-        authenticator.authenticate(authorization).require(name, write=False)
+        (await authenticator.authenticate(authorization)).require(name, write=False)
         public_only = False
     else:
         public_only = True
