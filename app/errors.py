@@ -25,23 +25,23 @@ class SchedlockError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details
-        self._rendered: bytes | None = None  # body() as JSON, made once (rendered()), shared by copies (again())
+        self.rendered_body: bytes | None = None  # body() as JSON, made once (rendered()), shared by copies (again())
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.details}}
 
     def rendered(self) -> bytes:
         """``body()`` as JSON bytes, made once for this error and the copies ``again()`` makes of it."""
-        if self._rendered is None:
-            self._rendered = orjson.dumps(self.body())
-        return self._rendered
+        if self.rendered_body is None:
+            self.rendered_body = orjson.dumps(self.body())
+        return self.rendered_body
 
     def again(self) -> Self:
         """A new error of this class with the same message and details, for another caller to raise (each raise
         its own traceback), sharing this one's rendered body: refusals of one holder are rendered once."""
         copy = Exception.__new__(type(self))
         Exception.__init__(copy, self.message)
-        copy.message, copy.details, copy._rendered = self.message, self.details, self.rendered()
+        copy.message, copy.details, copy.rendered_body = self.message, self.details, self.rendered()
         return copy
 
 

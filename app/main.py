@@ -8,16 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 
 from app import __version__
-from app.api.direct import DirectLane
+from app.api.deps import Services
+from app.api.edge import Edge
 from app.api.errors import install_error_handlers
-from app.api.middleware.lean import LeanRoutes
-from app.api.middleware.limits import BodySizeLimit
-from app.api.middleware.observe import RequestObserver
-from app.api.middleware.origin import OriginGuard
 from app.api.routes import admin, badges, docs, health, jobs, locks, runs, ui
 from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
@@ -68,17 +64,13 @@ from the server's own origin or one listed in `SCHEDLOCK_ALLOWED_ORIGINS` (CORS)
 def create_app(
     settings: Settings | None = None,
     *,
-    lean: bool = True,
-    direct: bool = True,
     freeze_gc: bool = False,
     authenticator: Authenticator | None = None,
 ) -> FastAPI:
     """The service. Raises app.auth.tokens.TokenConfigError if the token configuration is unusable.
 
-    ``lean=False`` leaves the lock operations to FastAPI's generic request handling (app.api.middleware.lean explains
-    why they normally are not); tests compare the two. ``direct=False`` (with ``lean``) leaves them to the lean path
-    behind the ASGI layers even when served by app.api.protocol, which otherwise hands their plain POSTs to the
-    app's direct lane (app.api.direct); tests compare those two too. ``freeze_gc`` (for the one app of a server
+    Every request goes one way: the edge middleware (app.api.edge), then FastAPI's routing; the lock operations'
+    routes bind their endpoints with app.api.bodies. ``freeze_gc`` (for the one app of a server
     process) moves everything alive once the app has started out of the garbage collector's reach: the app, its
     routes and models are many objects, and a full collection walking them paused every request
     (docs/performance.md).
@@ -87,6 +79,7 @@ def create_app(
     metrics = Metrics(shared=multiprocess.worker_dir())
     authenticator = authenticator or Authenticator(settings)
     authenticator.count_rate_limited(metrics.count_rate_limited)
+    services = Services(settings, authenticator)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -111,6 +104,12 @@ def create_app(
         job_store = JobStore(statements, settings.table_name, settings.table_schema)
         app.state.jobs = Jobs(job_store, settings.slot_early_grace, settings.history_retention)
         app.state.registrar = Registrar(job_store)
+        services.store, services.history, services.jobs, services.registrar = (
+            store,
+            history,
+            app.state.jobs,
+            app.state.registrar,
+        )
         secret = settings.jobs_webhook_secret
         notifier = (
             Notifier(
@@ -165,6 +164,7 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.auth = authenticator
+    app.state.services = services
     app.state.schema_revision = head_revision()
     app.state.known_revisions = known_revisions()
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
@@ -178,17 +178,13 @@ def create_app(
     app.include_router(metrics_route.router)
     app.include_router(docs.router)
     ui.install(app)
-    lean_routes = [r for r in locks.router.routes if isinstance(r, APIRoute) and r.endpoint in locks.LEAN_ENDPOINTS]
-    if lean:
-        app.add_middleware(LeanRoutes, routes=lean_routes)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    loopback_only = not authenticator.enabled and is_loopback(settings.host)
-    app.add_middleware(OriginGuard, allowed=settings.allowed_origins or (), loopback_only=loopback_only)
-    app.add_middleware(RequestObserver, metrics=metrics)  # outermost: it also sees the limit's 413s
-    if lean and direct:
-        # The lane uses the lean path's table and endpoints and the observer's record, not their next layers.
-        lane_routes, observer = LeanRoutes(app.router, lean_routes), RequestObserver(app.router, metrics)
-        app.state.direct_lane = DirectLane(app, lane_routes, observer, settings.max_body_bytes)
+    app.add_middleware(
+        Edge,
+        metrics=metrics,
+        allowed=settings.allowed_origins or (),
+        loopback_only=not authenticator.enabled and is_loopback(settings.host),
+        max_body_bytes=settings.max_body_bytes,
+    )
     return app
 
 

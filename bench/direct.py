@@ -37,7 +37,7 @@ class _OneConnection:
     async def acquire(self, max_wait: float) -> Any:
         return self._conn
 
-    def release(self, conn: Any) -> None:
+    def release(self, conn: Any, *, drop: bool = False) -> None:
         pass
 
     def saturated(self) -> bool:

@@ -3,9 +3,9 @@
 Two bare servers on this machine's loopback, each answering every request at once with an acquire-shaped body (no
 database, no auth, no validation), driven by the same wrk script as schedlock at the same low rate:
 
-- ``raw``: uvloop with httptools' parser and one ``write`` per answer, what schedlock's direct lane sits on;
-- ``uvicorn``: uvicorn with schedlock's own protocol (``app.api.protocol.HttpProtocol``) and an ASGI app of three
-  lines, what a request that goes the ASGI way sits on.
+- ``raw``: uvloop with httptools' parser and one ``write`` per answer, the least a server on this stack can do;
+- ``uvicorn``: uvicorn with schedlock's protocol (``app.api.h2c.HttpProtocol``) and an ASGI app of three lines,
+  what every schedlock request sits on.
 
 A hop's p50 is what no server on this stack can go under: the callers' and the server's wake-ups and system calls
 on two shared cores. ``python -m bench`` runs both in turns with the low-load sides and prints them beside the gap
@@ -62,7 +62,7 @@ def _serve_raw(port: int) -> None:
 def _serve_uvicorn(port: int) -> None:
     import uvicorn
 
-    from app.api.protocol import HttpProtocol
+    from app.api.h2c import HttpProtocol
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -1,10 +1,11 @@
-"""Per-request cost of app.api.middleware.observe.RequestObserver (metrics + access log), printed, not asserted.
+"""Per-request cost of app.api.edge.Edge (metrics + access log, the origin rule and the body limit), printed, not
+asserted.
 
     .venv/bin/python scripts/bench_observe.py [requests]
 
 Drives a trivial ASGI app directly (no HTTP, no database) with and without the middleware, so the difference
-is the middleware's own cost: label lookup, counter + histogram, request id, and (when enabled) one formatted
-JSON log line written to /dev/null.
+is the middleware's own cost: label lookup, counter + histogram, request id, the header pass, and (when enabled)
+one formatted JSON log line written to /dev/null.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from app.api.middleware.observe import RequestObserver
+from app.api.edge import Edge
 from app.ops.logs import configure_logging
 from app.ops.metrics import Metrics
 
@@ -51,7 +52,7 @@ async def run(app: Any, n: int) -> float:
 
 async def main(n: int, devnull: Any) -> None:
     configure_logging("INFO", "json", stream=devnull)
-    observed = RequestObserver(inner, Metrics())
+    observed = Edge(inner, Metrics(), (), loopback_only=False, max_body_bytes=16384)
     await run(inner, 2000)
     await run(observed, 2000)
     base = min([await run(inner, n) for _ in range(3)])
@@ -59,8 +60,8 @@ async def main(n: int, devnull: Any) -> None:
     logging.getLogger("schedlock.access").setLevel(logging.WARNING)
     unlogged = min([await run(observed, n) for _ in range(3)])
     print(f"bare ASGI app:                          {base:6.2f} µs/request")
-    print(f"+ RequestObserver, metrics only:        {unlogged:6.2f} µs/request (+{unlogged - base:.2f})")
-    print(f"+ RequestObserver, metrics + JSON log:  {logged:6.2f} µs/request (+{logged - base:.2f})")
+    print(f"+ Edge, metrics only:        {unlogged:6.2f} µs/request (+{unlogged - base:.2f})")
+    print(f"+ Edge, metrics + JSON log:  {logged:6.2f} µs/request (+{logged - base:.2f})")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Request-scoped access to what the lifespan built (settings, lock store) and to the caller's identity.
+"""Request-scoped access to what the lifespan built (settings, lock store, the jobs) and to the caller's identity.
 
 Dependencies are ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in a worker thread, and that
 hand-off (twice per request) was the largest single cost in the server's profile (docs/performance.md).
@@ -13,23 +13,46 @@ from fastapi.security import HTTPBearer
 
 from app.auth.authenticator import Authenticator, Principal
 from app.history.runs import History
+from app.jobs.implicit import Registrar
+from app.jobs.status import Jobs
 from app.locking.store import LockStore
 from app.settings import Settings
 
 
+class Services:
+    """What the routes work with: the settings (from the start), and what the lifespan builds on the database
+    (``store``, ``history``, ``jobs``, ``registrar``), set once it has. One object on the app's state, handed to an
+    endpoint as its ``services`` parameter (``ServicesDep``)."""
+
+    store: LockStore
+    history: History
+    jobs: Jobs
+    registrar: Registrar
+
+    def __init__(self, settings: Settings, authenticator: Authenticator) -> None:
+        self.settings = settings
+        self.authenticator = authenticator
+
+
+def services_of(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
 def history_of(request: Request) -> History:
-    history: History = request.app.state.history
-    return history
+    return services_of(request).history
 
 
 def settings_of(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+    return services_of(request).settings
 
 
 def store_of(request: Request) -> LockStore:
-    store: LockStore = request.app.state.store
-    return store
+    return services_of(request).store
+
+
+async def get_services(request: Request) -> Services:
+    return services_of(request)
 
 
 async def get_settings(request: Request) -> Settings:
@@ -48,23 +71,14 @@ class _BearerToken(HTTPBearer):
     """Declares the bearer scheme in the OpenAPI document; authenticates with the app's Authenticator."""
 
     async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
-        return await authenticate(request, request.headers.get("authorization"))
+        return await authenticate(services_of(request).authenticator, request.headers.get("authorization"))
 
 
-#: Where a request's principal is kept once known: a route whose body is read first (app.api.bodies) asks twice,
-#: and a quota must count the request once.
-PRINCIPAL_KEY = "schedlock.principal"
-
-
-async def authenticate(request: Request, authorization: str | None) -> Principal:
-    """The caller behind a request's ``Authorization`` header value, by the app's Authenticator (raises
-    Unauthorized, RateLimited). The lean path reads the header itself and comes here, as the bearer dependency does."""
-    known: Principal | None = request.scope.get(PRINCIPAL_KEY)
-    if known is not None:
-        return known
-    authenticator: Authenticator = request.app.state.auth
-    principal = request.scope[PRINCIPAL_KEY] = await authenticator.authenticate(authorization)
-    return principal
+async def authenticate(authenticator: Authenticator, authorization: str | None) -> Principal:
+    """The caller behind a request's ``Authorization`` header value (raises Unauthorized,
+    RateLimited, IssuerUnavailable): the one call every way
+    in makes, the bearer dependency and the lock routes' handler (app.api.bodies) alike."""
+    return await authenticator.authenticate(authorization)
 
 
 bearer = _BearerToken(
@@ -74,6 +88,7 @@ bearer = _BearerToken(
     auto_error=False,
 )
 
+ServicesDep = Annotated[Services, Depends(get_services)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[LockStore, Depends(get_store)]
 HistoryDep = Annotated[History, Depends(get_history)]

@@ -27,7 +27,7 @@ logger = logging.getLogger("schedlock.errors")
 
 CLIENT_CLOSED_REQUEST = 499
 #: The scope key under which the code of a known error is noted, for the observer (a 409 may be lock_held or
-#: slot_done: app.api.middleware.observe counts them apart).
+#: slot_done: app.api.edge counts them apart).
 ERROR_CODE_KEY = "schedlock.error_code"
 
 
@@ -118,7 +118,7 @@ def _allowed_methods(request: Request) -> list[str]:
 
 async def _handle_unexpected(request: Request, exc: Exception) -> Response:
     """A 500 that names its request: Starlette's server error handler calls this outside the observer, whose
-    request id is no longer current, so the id is read from the scope (the observer and the direct lane put it
+    request id is no longer current, so the id is read from the scope (the edge middleware puts it
     there) for the log line and the answer's X-Request-ID: the body sends the caller to the log."""
     rid = request.scope.get(REQUEST_ID_SCOPE_KEY)
     context = request_id.set(rid)

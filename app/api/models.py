@@ -94,8 +94,7 @@ class _Body(BaseModel):
 
 
 class AcquireRequest(_Body):
-    # Frozen: the lean path hands the instance validated from a body's bytes to every later request with the same
-    # bytes (a job's acquire is the same body each run; app.api.middleware.validated). No token in it.
+    # Frozen: what was validated is what the endpoint acts on.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     lock_at_most_for: Duration = Field(

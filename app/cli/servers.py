@@ -43,13 +43,13 @@ def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for ``serve``, whatever the number of workers."""
-    from app.api.protocol import HttpProtocol
+    from app.api.h2c import HttpProtocol
 
     return {
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
-        "http": HttpProtocol,  # httptools, one write per response (app.api.protocol)
+        "http": HttpProtocol,  # httptools, with the body of an h2c offer kept (app.api.h2c)
         "log_config": None,
         # uvicorn's INFO line per request showed in the profile at full load. Logging requests, where wanted, is
         # the app's job (middleware), with its own level and format.
@@ -69,7 +69,7 @@ def run(settings: Settings, authenticator: Authenticator) -> None:
     signal.signal(signal.SIGTERM, exit_on_sigterm)
     if settings.workers == 1:
         # One process keeps its metrics in memory (the cheaper path). prometheus-client decides when first imported
-        # (by app.main, or the protocol's direct lane): a directory named for its multiprocess mode would make it
+        # (by app.main): a directory named for its multiprocess mode would make it
         # write every value to files. So this comes before anything imports either.
         os.environ.pop(multiprocess.ENV, None)
     options = uvicorn_options(settings)

@@ -77,11 +77,12 @@ class StatementPool:
         self._lent += 1
         return conn
 
-    def release(self, conn: Any, *, lent: bool = True) -> None:
-        """Take a connection back (closed ones too: they are dropped). Never blocks."""
+    def release(self, conn: Any, *, lent: bool = True, drop: bool = False) -> None:
+        """Take a connection back (closed ones too: they are dropped; ``drop``: one being closed elsewhere, never lent
+        again, so another may be opened in its place at once). Never blocks."""
         if lent:
             self._lent -= 1
-        if conn.is_closed():
+        if drop or conn.is_closed():
             self._forget(conn)
         else:
             while self._waiters:

@@ -9,7 +9,6 @@ for PgBouncer, prepared unnamed each time), on connections lent by ``app.db.pool
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -17,7 +16,6 @@ import weakref
 from typing import Any
 
 import asyncpg
-from asyncpg import connect_utils
 
 from app.db import failures
 from app.db.connector import Connector
@@ -65,42 +63,35 @@ async def create_pool(settings: Settings) -> StatementPool:
 
 #: Failures after which the connection's statement may still be running on the server: the client gave up on it.
 _MAY_STILL_RUN: tuple[type[BaseException], ...] = (TimeoutError, asyncio.TimeoutError, asyncio.CancelledError)
-#: Cancel requests on their way (a strong reference each, until done).
-_cancelling: set[asyncio.Task[None]] = set()
+#: Connections closing in the background (a strong reference each, until done).
+_closing: set[asyncio.Task[None]] = set()
 
 
-def _cancel_on_server(conn: Any, timeout: float) -> None:
-    """Send the server a cancel request for the statement ``conn`` gave up on, in the background, before the
-    connection is dropped.
+def _close_in_background(conn: Any, timeout: float) -> None:
+    """Close a connection whose statement was given up on, in the background, letting the server's cancellation
+    of that statement go out first.
 
-    Dropping the socket alone does not end it. A commit waiting for a synchronous standby that does not come
-    (Patroni's ``synchronous_mode_strict`` with no standby left) is not bound by statement_timeout, which ends
-    before the commit, and its backend does not notice the closed socket: each statement given up on leaves a
+    Dropping the socket alone does not end the statement. A commit waiting for a synchronous standby that does not
+    come (Patroni's ``synchronous_mode_strict`` with no standby left) is not bound by statement_timeout, which ends
+    before the commit, and its backend does not notice the closed socket: each statement given up on would leave a
     backend waiting, until ``max_connections`` is full and Patroni's own connections, and pg_rewind's, are refused
-    too, so no standby can rejoin to end the wait. asyncpg sends a cancel request on its command timeout, but
-    ``terminate()`` cancels it before it is sent. A cancel request takes no connection slot; its outcome is not
-    waited for (the statement's is unknown either way: the caller gets a 503). Uses asyncpg's own cancel helper,
-    pinned with asyncpg (tests/system/ha/test_failover.py fails if it stops working)."""
-    protocol = getattr(conn, "_protocol", None)
-    if protocol is None:  # already aborted
-        return
-    loop = asyncio.get_running_loop()
-    request = connect_utils._cancel(
-        loop=loop,
-        addr=conn._addr,
-        params=conn._params,
-        backend_pid=protocol.backend_pid,
-        backend_secret=protocol.backend_secret,
-    )
-    task = loop.create_task(_bounded(request, loop.time() + timeout))
-    _cancelling.add(task)
-    task.add_done_callback(_cancelling.discard)
+    too, so no standby can rejoin to end the wait. asyncpg sends the server a cancel request when it gives up on a
+    statement (its command timeout, or the caller's cancellation); ``terminate()`` would cancel that request before
+    it is sent, and a graceful ``close()`` waits for it (asyncpg's public API), within ``timeout``. A cancel request
+    takes no connection slot; the statement's outcome is unknown either way (the caller gets a 503).
+    tests/system/ha/test_failover.py fails if the backends are left waiting."""
+    task = asyncio.get_running_loop().create_task(_close(conn, timeout))
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
 
 
-async def _bounded(request: Any, deadline: float) -> None:
-    with contextlib.suppress(OSError, TimeoutError):
-        async with asyncio.timeout_at(deadline):
-            await request
+async def _close(conn: Any, seconds: float) -> None:
+    try:
+        await conn.close(timeout=seconds)
+    except Exception:  # asyncpg aborts the connection itself when a close fails: nothing else to do
+        pass
+    finally:
+        conn.terminate()
 
 
 #: Connections whose current statement drew a warning from the server (see _heard).
@@ -145,6 +136,7 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
     are the caller's own 503 and 422 (app.db.failures)."""
     try:
         conn = await pool.acquire(pool_timeout)
+        closing = False
         try:
             rows = await _run(conn, action, sql, args)
         except failures.CANCELLED:  # an answer, on a connection as good as before: it goes back to the pool
@@ -153,8 +145,10 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
             # A connection that failed this way is never lent again; the pool opens a new one. Read-only: its server
             # is a standby now (a switchover), so the next connection finds the primary.
             if isinstance(exc, _MAY_STILL_RUN):
-                _cancel_on_server(conn, pool_timeout)
-            conn.terminate()
+                _close_in_background(conn, pool_timeout)
+                closing = True
+            else:
+                conn.terminate()
             raise
         except failures.UNSTORABLE_TEXT as exc:
             pool.availability.answered()
@@ -162,7 +156,7 @@ async def fetch(pool: StatementPool, pool_timeout: float, action: str, sql: str,
         finally:
             if _warned:  # a mark left by a statement that failed must not taint the connection's next one
                 _warned.discard(conn)
-            pool.release(conn)
+            pool.release(conn, drop=closing)
     except asyncpg.UndefinedTableError:
         pool.availability.answered()
         raise SchemaNotMigrated(f"{action}: the lock table does not exist; run `schedlock-server migrate`") from None

@@ -22,7 +22,7 @@ from app.errors import InvalidRequest
 
 NAME_MAX = 64
 NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f/]+$"
-#: The name rule as a validator, for code that reads a name itself (the lean path, auth's prefixes).
+#: The name rule as a validator, for code that reads a name itself (auth's prefixes).
 LOCK_NAME = TypeAdapter(Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)])
 #: Characters no name, prefix or holder text may contain: C0 and C1 controls.
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -2,7 +2,7 @@
 
 Structured fields travel on a record as ``extra={"fields": {...}}``; both formats print them. Every record
 emitted while a request is being served carries that request's id (``request_id``), set by
-``app.api.middleware.observe.RequestObserver``.
+``app.api.edge.Edge``.
 """
 
 from __future__ import annotations
@@ -217,8 +217,8 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = "auto", stream: IO[s
     ``auto`` is human on a terminal and JSON otherwise (containers, files, pipes)."""
     stream = stream or sys.stderr
     # No format prints them, and each costs microseconds per record (see "Optimization" in the logging docs):
-    # the caller's file and line (a stack walk), thread, process and task names.
-    logging._srcfile = None
+    # thread, process and task names. (The caller's file and line, a stack walk, is only switched off by a private
+    # member of logging; the access log, the one line per request, is written without a LogRecord: write_json_line.)
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     if sys.version_info >= (3, 12):
         logging.logAsyncioTasks = False
@@ -233,5 +233,5 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = "auto", stream: IO[s
     root.setLevel(level)
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
-    # The access log is schedlock.access (app.api.middleware.observe); uvicorn's would be a second, less useful one.
+    # The access log is schedlock.access (app.api.edge); uvicorn's would be a second, less useful one.
     logging.getLogger("uvicorn.access").disabled = True

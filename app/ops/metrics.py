@@ -1,7 +1,7 @@
 """Prometheus metrics: one registry per app, what it counts, and the gauges read at scrape time.
 
 Labels stay bounded: HTTP metrics are labelled by route template (``/v1/locks/{name}/acquire``), never by raw
-path, and no metric carries a lock name. Lock outcomes are counted in one place, ``app.api.middleware.observe``,
+path, and no metric carries a lock name. Lock outcomes are counted in one place, ``app.api.edge``,
 from the route and the response status; database statements are timed through the store's observer callback
 (``Metrics.observe_db``). What needs the database (the number of held locks) is computed when Prometheus
 scrapes, at most once per ``held_locks_max_age`` seconds, never on a request's path (app.ops.scrape).

@@ -1,4 +1,4 @@
-"""Browsers may call the API only from the server's own pages or from listed origins (app.api.middleware.origin).
+"""Browsers may call the API only from the server's own pages or from listed origins (app.api.edge).
 
 In process, the request's Host is the client's base URL: these tests choose it to play the server's own origin.
 tests/system/browser/test_origin.py drives the same rules through a real browser.

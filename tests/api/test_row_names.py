@@ -134,9 +134,9 @@ async def test_a_name_no_row_can_have_is_still_a_422(client: httpx.AsyncClient, 
     assert answer.json()["error"]["field"] == "name"
 
 
-async def test_reads_are_served_by_the_lean_path_with_the_reads_rule(client: Any, java: JavaNode, name: str) -> None:
-    # tests.support.apps' witness fails any lean route's request the lean path did not serve: this one is a read
-    # of a name the write rule refuses, so the lean path validated it with the read route's own rule.
+async def test_reads_are_validated_with_the_reads_rule(client: Any, java: JavaNode, name: str) -> None:
+    # A read of a name the write rule refuses: the route's binding (app.api.bodies) validates it with the read
+    # route's own rule.
     assert await java.insert_or_take_over(f"{name}/lean", 600)
     answer = await client.get(_path(f"{name}/lean"))
     assert answer.status_code == 200 and answer.json()["name"] == f"{name}/lean"

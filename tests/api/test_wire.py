@@ -1,4 +1,4 @@
-"""What clients put on the wire, sent to a served uvicorn with app.api.protocol.HttpProtocol (a real `serve`
+"""What clients put on the wire, sent to a served uvicorn with app.api.h2c.HttpProtocol (a real `serve`
 process): upgrade offers (h2c) ignored with the body kept, Expect: 100-continue, chunked bodies, Connection: close,
 pipelining, and clients that disconnect mid-body (no 5xx, no connection left behind)."""
 

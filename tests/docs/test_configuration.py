@@ -29,6 +29,7 @@ OTHER_VARIABLES = {
     "SCHEDLOCK_FENCING_TOKEN": "client/src/schedlock/_run.py",
     "SCHEDLOCK_SLOT": "client/src/schedlock/_run.py",
     "SCHEDLOCK_TEST_DATABASE_URL": "tests/conftest.py",
+    "SCHEDLOCK_TEST_NEWEST": "scripts/test",
     "SCHEDLOCK_PATRONI_FAULTS": "tests/system/ha/test_patroni.py",
     "SCHEDLOCK_PATRONI_MODES": "tests/system/ha/test_patroni.py",
     # Django settings and job class attributes of the django-cron lock backend (docs/django-cron.md)

@@ -14,8 +14,6 @@ from fastapi import FastAPI
 
 from app.history.retention import RETENTION_LOCK
 from app.locking.names import RESERVED_PREFIX
-from app.settings import Settings
-from tests.support.apps import in_process
 
 
 def _refused(answer: httpx.Response) -> None:
@@ -55,9 +53,3 @@ async def test_only_the_prefix_itself_is_reserved(client: httpx.AsyncClient, nam
     answer = await client.post(f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "PT1M"})
     assert answer.status_code == 200, answer.text
     await client.post(f"/v1/locks/{name}/release", json={"token": answer.json()["token"]})
-
-
-async def test_fastapi_s_generic_path_refuses_them_too(settings: Settings) -> None:
-    async with in_process(settings, lean=False) as (_, generic):
-        name = f"{RESERVED_PREFIX}{uuid.uuid4().hex[:8]}"
-        _refused(await generic.post(f"/v1/locks/{name}/acquire", json={"lock_at_most_for": "PT1M"}))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from app.api.middleware.observe import new_request_id
+from app.api.edge import new_request_id
 from app.ops import logs
 from app.ops.logs import (
     HumanFormatter,

@@ -159,7 +159,7 @@ async def test_each_app_has_its_own_registry(settings: Settings) -> None:
 
 @pytest.mark.parametrize("status", [200, 201, 204])
 def test_success_statuses_map_to_the_operation_verb(status: int) -> None:
-    from app.api.middleware.observe import lock_outcome
+    from app.api.edge import lock_outcome
 
     assert [lock_outcome(op, status) for op in ("acquire", "release", "extend")] == [
         "acquired",
@@ -169,7 +169,7 @@ def test_success_statuses_map_to_the_operation_verb(status: int) -> None:
 
 
 def test_error_statuses_map_to_bounded_outcomes() -> None:
-    from app.api.middleware.observe import lock_outcome
+    from app.api.edge import lock_outcome
 
     for op, names in LOCK_OUTCOMES.items():
         for status in range(400, 600):

@@ -147,3 +147,51 @@ def test_a_module_wholly_of_the_system_tier_lives_in_tests_system() -> None:
 )
 def test_the_tier_check_sees_a_module_marked_whole(source: str, lines: list[int]) -> None:
     assert whole_module_marks(source) == lines
+
+
+# --- no private member of a dependency ---------------------------------------------------------------------------
+
+#: The project's own top-level packages: everything else imported is the standard library's or a dependency's.
+OWN = frozenset({"app", "schedlock", "bench", "tests"})
+
+
+def private_imports(module: str, source: str) -> list[str]:
+    """The imports of ``module`` that take a private name (a part starting with ``_``, dunders aside) from a
+    third-party package: ``from asyncpg import connect_utils`` is fine, ``from asyncpg.connect_utils import
+    _cancel`` or ``import uvicorn._types`` is not. ruff's SLF001 sees attribute access; this sees imports."""
+    found = []
+    for line, name in imported(module, source):
+        top = name.split(".")[0]
+        if top in OWN or top in sys.stdlib_module_names or top == "__future__":
+            continue
+        if any(part.startswith("_") and not part.endswith("__") for part in name.split(".")):
+            found.append(f"{module}:{line} imports {name}")
+    return sorted(set(found))
+
+
+def test_no_module_imports_a_private_name_of_a_dependency() -> None:
+    found = []
+    for folder in ("app", "client/src", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT / folder if folder == "client/src" else ROOT).with_suffix("").parts)
+            found += private_imports(module, path.read_text())
+    assert found == [], "public APIs of dependencies only (STYLE.md):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "seen"),
+    [
+        ("from asyncpg.connect_utils import _cancel", "asyncpg.connect_utils._cancel"),
+        ("import uvicorn._types", "uvicorn._types"),
+        ("from starlette._utils import is_async_callable", "starlette._utils"),
+    ],
+)
+def test_the_private_import_check_sees_a_planted_import(source: str, seen: str) -> None:
+    assert any(line.endswith(f"imports {seen}") for line in private_imports("app.planted", source))
+
+
+def test_the_private_import_check_lets_the_project_and_the_standard_library_through() -> None:
+    source = (
+        "from __future__ import annotations\nfrom app.api import _x\nimport os._y\nfrom schedlock._base import Call\n"
+    )
+    assert private_imports("app.fine", source) == []

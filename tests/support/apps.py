@@ -12,12 +12,8 @@ from typing import Any
 import asyncpg
 import httpx
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 from pydantic import SecretStr
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.middleware.lean import SERVED_KEY
-from app.api.routes.locks import LEAN_ENDPOINTS
 from app.db import migrate
 from app.main import create_app
 from app.settings import Settings
@@ -68,29 +64,10 @@ async def fresh_table(database_url: str, prefix: str) -> AsyncIterator[tuple[Any
 
 @asynccontextmanager
 async def in_process(settings: Settings, **create: Any) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    """An app on ``settings`` with its lifespan entered, and an in-process client for it.
-
-    With the lean path on (the default), every request to a lock operation must have been served by it: the app
-    is wrapped in a witness that fails the test otherwise, so no test passes on FastAPI's generic path alone."""
+    """An app on ``settings`` with its lifespan entered, and an in-process client for it."""
     app = create_app(settings, **create)
-    served: ASGIApp = lean_witness(app) if create.get("lean", True) else app
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://schedlock.test") as client,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://schedlock.test") as client,
     ):
         yield app, client
-
-
-def lean_witness(app: ASGIApp) -> ASGIApp:
-    """``app``, raising AssertionError after any request to a lean route that the lean path did not serve."""
-
-    async def witnessed(scope: Scope, receive: Receive, send: Send) -> None:
-        await app(scope, receive, send)
-        route = scope.get("route")
-        if not isinstance(route, APIRoute) or route.endpoint not in LEAN_ENDPOINTS:
-            return
-        # A wrong method (405) is the router's to answer: the lean path only serves full matches.
-        if scope["method"] in (route.methods or ()) and not scope.get(SERVED_KEY):
-            raise AssertionError(f"{scope['method']} {scope['path']} was served by FastAPI's generic path")
-
-    return witnessed

@@ -1,6 +1,6 @@
 """Force-release: an admin frees a lock whose holder is gone (docs/history.md, "Force-release").
 
-Not a lean route: it is rare, and FastAPI's generic handling is fine for it.
+Its body is read and bound as the lock operations' are (app.api.bodies).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from starlette.responses import Response
 from app.api import openapi as doc
 from app.api import openapi_history as examples
 from app.api.bodies import JsonBodyRoute
-from app.api.deps import HistoryDep, PrincipalDep, StoreDep
+from app.api.deps import PrincipalDep, ServicesDep
 from app.api.models_history import ForceReleaseRequest, ForceReleaseResponse
 from app.api.responses import json_response
 from app.api.routes import LOCKS
@@ -48,15 +48,14 @@ async def force_release(
     name: RowName,
     body: ForceReleaseRequest,
     principal: PrincipalDep,
-    store: StoreDep,
-    history: HistoryDep,
+    services: ServicesDep,
     request: Request,
 ) -> Response:
     principal.require_admin(name)
     refuse_reserved(name)
     by = principal.name or ANONYMOUS
-    forced, row = await store.force_release(name, by, body.reason)
-    run = await history.run(name, row.fencing_token) if row.fencing_token else None
+    forced, row = await services.store.force_release(name, by, body.reason)
+    run = await services.history.run(name, row.fencing_token) if row.fencing_token else None
     if forced:
         client = request.client.host if request.client else None
         audit.info(

@@ -1,8 +1,9 @@
 """The jobs API (docs/jobs.md): register, read, pause and unregister jobs; list them with their state; a job's
 ticks, newest first.
 
-A token reads the jobs under its prefixes and writes those it may write locks of. Not lean routes: FastAPI's
-generic handling is fine for them. Pages of jobs are by name, pages of ticks by tick time; cursors are opaque.
+A token reads the jobs under its prefixes and writes those it may write locks of. A job's body is read and bound
+as the lock operations' are (app.api.bodies). Pages of jobs are by name, pages of ticks by tick time; cursors are
+opaque.
 """
 
 from __future__ import annotations

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.responses import Response
 
 from app.api import openapi as doc
 from app.api import paging
 from app.api.bodies import JsonBodyRoute
-from app.api.deps import PrincipalDep, SettingsDep, StoreDep, settings_of, store_of
+from app.api.deps import PrincipalDep, ServicesDep, SettingsDep, StoreDep
 from app.api.models import (
     AcquireRequest,
     AcquireResponse,
@@ -34,7 +34,7 @@ from app.locking.rows import LockRow
 from app.schedules.ticks import chooser
 from app.settings import Settings
 
-# JsonBodyRoute: the generic path reads bodies as the lean path does (JSON only, else 415; see app.api.bodies).
+# JsonBodyRoute: the lock operations' bodies are read, validated and bound in one place (app.api.bodies).
 router = APIRouter(prefix=LOCKS, tags=["locks"], route_class=JsonBodyRoute)
 
 
@@ -56,7 +56,7 @@ class _ReadPath(PathConvertor):
 register_url_convertor("lockpath", _NamePath())
 register_url_convertor("lockread", _ReadPath())
 
-#: The same rule as app.locking.names.LOCK_NAME (which the lean path validates with).
+#: The same rule as app.locking.names.LOCK_NAME.
 LockName = Annotated[
     str,
     Path(
@@ -128,20 +128,20 @@ def _view(row: LockRow) -> LockView:
     },
     openapi_extra=doc.request_body(doc.ACQUIRE_REQUEST),
 )
-async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, request: Request) -> Response:
+async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep, services: ServicesDep) -> Response:
     principal.require(name, write=True)
     refuse_reserved(name)
-    settings = settings_of(request)
+    settings = services.settings
     _check_window(settings, body.lock_at_most_for, body.lock_at_least_for)
     choose = chooser(body.slot, body.schedule, body.timezone, settings.slot_early_grace)
     locked_by = new_locked_by(body.holder, principal.name)
-    store, at_most, at_least = store_of(request), body.lock_at_most_for, body.lock_at_least_for
+    store, at_most, at_least = services.store, body.lock_at_most_for, body.lock_at_least_for
     if choose is None:
         lease = await store.acquire(name, at_most, at_least, locked_by)
     else:
         lease = await store.acquire_slot(name, at_most, at_least, locked_by, choose)
         if body.schedule is not None:  # the acquire names its job's schedule: register it (docs/jobs.md)
-            await request.app.state.registrar.saw(name, body.schedule, body.timezone)
+            await services.registrar.saw(name, body.schedule, body.timezone)
     row = lease.row
     return json_response(
         AcquireResponse(
@@ -183,14 +183,14 @@ async def acquire(name: LockName, body: AcquireRequest, principal: PrincipalDep,
     },
     openapi_extra=doc.request_body(doc.RELEASE_REQUEST),
 )
-async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, request: Request) -> Response:
+async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep, services: ServicesDep) -> Response:
     principal.require(name, write=True)
     refuse_reserved(name)
-    row = await store_of(request).release(name, body.token, body.completed)
+    row = await services.store.release(name, body.token, body.completed)
     done = None if row.slot is None else row.last_completed_slot == row.slot
     if not body.completed:
         # The job failed: its run is the tick's failure (docs/jobs.md). Rare, so a statement of its own.
-        await request.app.state.jobs.store.mark_failed(name, row.fencing_token, row.db_time)
+        await services.jobs.store.mark_failed(name, row.fencing_token, row.db_time)
     answer = ReleaseResponse(
         name=row.name, lock_until=row.lock_until, db_time=row.db_time, slot=row.slot, completed=done
     )
@@ -220,11 +220,11 @@ async def release(name: LockName, body: ReleaseRequest, principal: PrincipalDep,
     },
     openapi_extra=doc.request_body(doc.EXTEND_REQUEST),
 )
-async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, request: Request) -> Response:
+async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, services: ServicesDep) -> Response:
     principal.require(name, write=True)
     refuse_reserved(name)
-    _check_window(settings_of(request), body.lock_at_most_for, body.lock_at_least_for)
-    row = await store_of(request).extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
+    _check_window(services.settings, body.lock_at_most_for, body.lock_at_least_for)
+    row = await services.store.extend(name, body.token, body.lock_at_most_for, body.lock_at_least_for)
     return json_response(
         ExtendResponse(
             name=row.name,
@@ -244,9 +244,9 @@ async def extend(name: LockName, body: ExtendRequest, principal: PrincipalDep, r
     response_model=LockResponse,
     responses={**doc.ok(doc.LOCK_RESPONSE), **doc.NOT_FOUND, **doc.AUTH, **doc.BAD_INPUT, **doc.DOWN},
 )
-async def get_lock(name: RowName, principal: PrincipalDep, request: Request) -> Response:
+async def get_lock(name: RowName, principal: PrincipalDep, services: ServicesDep) -> Response:
     principal.require(name, write=False)
-    row = await store_of(request).get(name)
+    row = await services.store.get(name)
     return json_response(LockResponse(**_view(row).model_dump(), db_time=row.db_time))
 
 
@@ -278,7 +278,3 @@ async def list_locks(
     page = await store.page(prefix=prefix, held=held, after=after, limit=limit, scope=principal.prefixes)
     next_cursor = paging.encode(page.rows[-1].name) if page.has_more else None
     return json_response(LockList(items=[_view(r) for r in page.rows], next_cursor=next_cursor, db_time=page.db_time))
-
-
-#: Endpoints the lean path (app.api.middleware.lean) serves: the same functions, without FastAPI's generic binding.
-LEAN_ENDPOINTS = (acquire, release, extend, get_lock)

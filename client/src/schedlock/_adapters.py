@@ -55,7 +55,7 @@ def take(
     an ERROR and skips, fail-open logs a WARNING and runs without a lock, ``raise`` raises. Anything else (a bad
     name, a refused token) raises: a misconfiguration is never mistaken for "another node runs it".
     """
-    policy = OnUnavailable(on_unavailable) if on_unavailable is not None else client._config.on_unavailable
+    policy = OnUnavailable(on_unavailable) if on_unavailable is not None else client.on_unavailable
     what = f"{job} (tick {slot})" if slot else job
     try:
         lease = client.acquire(

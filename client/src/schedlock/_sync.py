@@ -92,6 +92,11 @@ class LockClient:
     def base_url(self) -> str:
         return self._config.base_url
 
+    @property
+    def on_unavailable(self) -> OnUnavailable:
+        """What a run does when the service cannot be reached (the scheduler adapters' default)."""
+        return self._config.on_unavailable
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.base_url}>"
 
@@ -150,10 +155,7 @@ class LockClient:
         started = time.monotonic()
         who = holder or self._config.holder or default_holder()
         acquired = self._send(acquire_call(name, at_most, at_least or timedelta(0), who, tick))
-        lease = Lease(self, acquired, at_most, at_least or timedelta(0), started, on_lost)
-        if keep_alive:
-            lease._start_keep_alive()
-        return lease
+        return Lease(self, acquired, at_most, at_least or timedelta(0), started, on_lost, keep_alive=keep_alive)
 
     def release(self, name: str, token: str, completed: bool = True) -> Released:
         """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent). For a lease
@@ -305,10 +307,14 @@ class Lease(LeaseBase):
         lock_at_least_for: timedelta,
         started: float,
         on_lost: OnLost | None,
+        *,
+        keep_alive: bool = False,
     ) -> None:
         super().__init__(acquired, lock_at_most_for, lock_at_least_for, started, on_lost)
         self._client = client
         self._keeper = SyncKeeper()
+        if keep_alive:
+            self._start_keep_alive()
 
     def release(self, completed: bool = True) -> Released:
         """Release now (stopping keep-alive). Idempotent: the first release decides. :class:`NotHolder` if the lease

@@ -104,10 +104,10 @@ class SchedlockExecutor(ThreadPoolExecutor):  # type: ignore[misc]  # APSchedule
             context = _run_time.set(run_time)
             try:
                 if decision.lease is None:  # fail-open
-                    events += run_job(job, job._jobstore_alias, [run_time], logger_name)
+                    events += run_job(job, _store_of(job), [run_time], logger_name)
                     continue
                 with decision.lease:  # so assert_locked() holds in the job; the release says whether it completed
-                    ran = run_job(job, job._jobstore_alias, [run_time], logger_name)
+                    ran = run_job(job, _store_of(job), [run_time], logger_name)
                     events += ran
                     if not all(event.code == EVENT_JOB_EXECUTED for event in ran):
                         raise _NotCompleted  # raised or missed: the tick stays open for another scheduler
@@ -116,3 +116,11 @@ class SchedlockExecutor(ThreadPoolExecutor):  # type: ignore[misc]  # APSchedule
             finally:
                 _run_time.reset(context)
         return events
+
+
+def _store_of(job: Job) -> str:
+    """The alias of the job store ``job`` came from, for the events ``run_job`` makes. APScheduler 3 keeps it only
+    in a private attribute (its own executors read it there too) and has no public accessor: the one private member
+    of a dependency the project reads, in a scheduler adapter bounded to APScheduler's major version 3."""
+    alias: str = job._jobstore_alias  # noqa: SLF001
+    return alias
