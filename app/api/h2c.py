@@ -23,10 +23,13 @@ from the real JDK HttpClient and curl too, to a served uvicorn.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.api.writes import OneWrite
 
 #: Headers that only mean something for the upgrade being ignored (RFC 9113 section 3.2: HTTP2-Settings).
 _UPGRADE_ONLY = frozenset({b"upgrade", b"http2-settings"})
@@ -54,6 +57,10 @@ class HttpProtocol(HttpToolsProtocol):
 
     #: The head of a request whose upgrade is being ignored, parsed again once llhttp pauses after it.
     _ignored_upgrade: bytes | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # Not the h2c workaround: one write per response (app.api.writes), on asyncio's public transport interface.
+        super().connection_made(OneWrite(transport))
 
     def on_headers_complete(self) -> None:
         parser = self.parser
