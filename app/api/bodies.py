@@ -6,6 +6,8 @@ handler binds the endpoints of the API's simple shape itself: path parameters, a
 otherwise), and so do the lock operations: FastAPI's generic handling (dependency resolution, exit stacks, a
 second parse of the same body) cost more CPU than the lock statement (docs/performance.md). The routes stay
 FastAPI routes, declared once: the API document and /docs come from them unchanged, and the router matches them.
+A bound route serves its requests itself (``JsonBodyRoute.handle``, Starlette's public route method), without
+FastAPI's request/response wrapper, whose exit stacks and exception wrapper a bound endpoint does not use.
 
 The handler does, in FastAPI's order: authenticate (``app.api.deps.authenticate``, 401 before anything else); read
 the body once; refuse a body not declared JSON (415) or not JSON (422 ``json_invalid``); validate the path

@@ -19,6 +19,9 @@ a subclass of ``HttpToolsProtocol`` sees: ``parser``, ``url``, ``headers``, ``lo
 ``handle_websocket_upgrade`` and three of its own underscored methods (``_should_upgrade``,
 ``_unsupported_upgrade_warning``, ``_unset_keepalive_if_required``). tests/api/test_wire.py sends such requests,
 from the real JDK HttpClient and curl too, to a served uvicorn.
+
+``HttpProtocol`` also hands uvicorn the connection's transport wrapped by app.api.writes (one write per response):
+that part is asyncio's public interface, not the workaround, and stays if this module goes.
 """
 
 from __future__ import annotations
