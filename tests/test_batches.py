@@ -21,6 +21,7 @@ from app.errors import LockHeld, NotHolder, StorageUnavailable
 from app.locking.rows import Lease
 from app.settings import Settings
 from tests.support.java import JavaNode
+from tests.support.patience import SETTLE
 from tests.support.stores import own_store
 
 
@@ -489,7 +490,7 @@ async def test_a_lease_a_batch_granted_to_a_caller_gone_is_released(settings: Se
         stays = asyncio.ensure_future(store.acquire(f"{name}-stays", AT_MOST, timedelta(0), "stays"))
         await asyncio.gather(first, stays)
         assert store.acquires.batches == 1 and calls[0].cancelled()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + SETTLE
         while (row := await store.get(f"{name}-gone")).held and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         assert row.locked_by == "gone" and not row.held  # granted by the batch, then released for nobody

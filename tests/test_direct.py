@@ -31,6 +31,7 @@ from app.main import create_app
 from app.ops.logs import request_id
 from app.settings import Settings
 from tests.support.apps import migrated_table
+from tests.support.patience import SETTLE
 from tests.support.tokens import Token, with_tokens
 
 WRITER = Token("direct-writer", prefixes=("dl-",))
@@ -81,7 +82,7 @@ def served(settings: Settings, *, direct: bool) -> Iterator[Served]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + SETTLE
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
         time.sleep(0.02)

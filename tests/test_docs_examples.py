@@ -40,6 +40,7 @@ from app.auth.tokens import parse_tokens
 from app.settings import Settings
 from tests.support.api import seconds
 from tests.support.apps import migrated_table
+from tests.support.patience import SETTLE
 from tests.support.servers import LiveServer, free_port, start_server, stop_server
 
 ROOT = Path(__file__).parent.parent
@@ -270,7 +271,7 @@ def test_json_blocks_are_token_configurations_or_log_lines(docs_server: tuple[Li
     name = f"docs-{uuid.uuid4().hex[:8]}"
     for _ in range(2):  # the second answer is 409 lock_held, as in the example
         httpx.post(f"{server.url}/v1/locks/{name}/acquire", json={"lock_at_most_for": "1m"}, timeout=10)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + SETTLE
     logged: list[dict[str, Any]] = []
     while not logged and time.monotonic() < deadline:
         lines = [json.loads(line) for line in list(server.output) if line.startswith("{")]
