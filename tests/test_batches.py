@@ -383,7 +383,7 @@ async def test_a_row_java_holds_locked_stalls_only_its_own_caller(
                 stalled = asyncio.ensure_future(store.acquire(taken, AT_MOST, timedelta(0), "node"))
                 rest = [asyncio.ensure_future(store.acquire(o, AT_MOST, timedelta(0), "node")) for o in others[1:]]
                 # every other name is granted while Java's transaction is still open...
-                leases = await asyncio.wait_for(asyncio.gather(first, *rest), 5)
+                leases = await asyncio.wait_for(asyncio.gather(first, *rest), SETTLE)
                 assert [lease.row.name for lease in leases] == others
                 assert store.acquires.batches > 0
                 # ...and none of their rows is left locked: a direct update (another replica, Java) goes at once
@@ -395,7 +395,7 @@ async def test_a_row_java_holds_locked_stalls_only_its_own_caller(
                 assert not stalled.done()  # the taken name's caller waits for Java's row, alone
             finally:
                 await tx.commit()
-            refused = await asyncio.wait_for(asyncio.gather(stalled, return_exceptions=True), 10)
+            refused = await asyncio.wait_for(asyncio.gather(stalled, return_exceptions=True), SETTLE)
         assert isinstance(refused[0], LockHeld) and refused[0].details["locked_by"] == "java-host-7"
 
 
@@ -446,10 +446,10 @@ async def test_a_release_batch_never_waits_on_a_locked_row_whatever_the_plan(
             await conn.execute(f"SELECT FROM {store.table} WHERE name = $1 FOR UPDATE", names[6])
             pending = [asyncio.ensure_future(store.release(lease.row.name, lease.token)) for lease in leases]
             others = [p for i, p in enumerate(pending) if i != 6]
-            released = await asyncio.wait_for(asyncio.gather(*others), 5)
+            released = await asyncio.wait_for(asyncio.gather(*others), SETTLE)
             assert [row.name for row in released] == [n for i, n in enumerate(names) if i != 6]
             assert not pending[6].done()  # its caller waits for the row, alone
-        assert (await asyncio.wait_for(pending[6], 5)).name == names[6]
+        assert (await asyncio.wait_for(pending[6], SETTLE)).name == names[6]
         assert store.releases.batches > 0
 
 

@@ -321,7 +321,12 @@ def _both(
                 plant(server.app)
             access_log.lines.clear()
             answers = _run(server, steps)
-            time.sleep(0.2)  # the last access lines are written at the end of their turn
+            # The last access lines are written at the end of their turn: wait for a line per answer (on a loaded
+            # machine that turn may come late), then compare whatever there is.
+            deadline = time.monotonic() + SETTLE
+            while len(access_log.lines) < sum(map(len, answers)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # and any line beyond those
             seen[str(direct)] = (answers, list(access_log.lines), _metrics(server), server.lane_served)
     return seen
 
