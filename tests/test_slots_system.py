@@ -28,6 +28,10 @@ from tests.support.servers import LiveServer, start_server, stop_server
 pytestmark = pytest.mark.system  # server processes, one under libfaketime, and waits on the wall clock
 
 
+#: No connection kept alive between requests.
+ONE_SHOT = httpx.Limits(max_keepalive_connections=0)
+
+
 @dataclass
 class Nodes:
     honest: LiveServer
@@ -85,8 +89,10 @@ async def fail_first(tick: Tick, a: httpx.AsyncClient, b: httpx.AsyncClient, rng
 async def test_two_nodes_firing_up_to_2s_apart_run_each_tick_once(nodes: Nodes) -> None:
     rng = random.Random(14)
     async with (
-        httpx.AsyncClient(base_url=nodes.honest.url, timeout=10) as a,
-        httpx.AsyncClient(base_url=nodes.skewed.url, timeout=10) as b,
+        # A connection per request: a kept-alive one idle past the server's keep-alive timeout (the sleeps here, longer
+        # at load) may be closed by the server just as it is reused (httpx.ReadError, seen beside two CPU hogs).
+        httpx.AsyncClient(base_url=nodes.honest.url, timeout=ANSWER, limits=ONE_SHOT) as a,
+        httpx.AsyncClient(base_url=nodes.skewed.url, timeout=ANSWER, limits=ONE_SHOT) as b,
     ):
 
         async def job(number: int) -> list[Tick]:
@@ -121,7 +127,10 @@ async def test_two_nodes_firing_up_to_2s_apart_run_each_tick_once(nodes: Nodes) 
         assert len(tick.runs) == 1, tick  # exactly one completed run per tick
         if tick.kind != "ok":
             assert tick.runs == ["b"], tick  # the failed or dead run left the tick to the other node
-    assert answers["slot_done"] >= 40  # the later trigger of an "ok" tick found it done, however late it came
+    # The later trigger of an "ok" tick is refused, once: the tick done (slot_done, however late it came), or still
+    # running (lock_held). Which depends on the machine's speed (this test asked for 40 or more of the first; at
+    # load 20 there were 27 of 64): both are right, and the first must happen.
+    assert answers["slot_done"] + answers["lock_held"] == kinds["ok"] and answers["slot_done"] >= 1
 
 
 def minute(value: datetime) -> str:
