@@ -11,6 +11,7 @@ import pytest
 import schedlock._keepalive
 from schedlock import AsyncLockClient, LockClient
 from tests.support.cli import Spawn, cli_env
+from tests.support.patience import ANSWER
 from tests.support.servers import LiveServer, free_port
 
 
@@ -27,13 +28,13 @@ def dead_url() -> str:
 
 @pytest.fixture
 def sync_client(url: str) -> Iterator[LockClient]:
-    with LockClient(url, timeout=5) as client:
+    with LockClient(url, timeout=ANSWER) as client:
         yield client
 
 
 @pytest.fixture
 async def async_client(url: str) -> AsyncIterator[AsyncLockClient]:
-    async with AsyncLockClient(url, timeout=5) as client:
+    async with AsyncLockClient(url, timeout=ANSWER) as client:
         yield client
 
 

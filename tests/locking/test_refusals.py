@@ -18,6 +18,7 @@ from app.locking.rows import LockRow, held
 from app.locking.store import LockStore
 from app.settings import Settings
 from tests.support.api import acquire, extend, release
+from tests.support.patience import SETTLE
 
 
 def acquire_args(name: str) -> tuple[Any, ...]:
@@ -62,7 +63,7 @@ async def test_a_refusal_does_not_wait_behind_a_writer_of_the_row(
     async with db.acquire() as conn, conn.transaction():
         # Another writer holds the row lock (as a release or a Java unlock does until it commits).
         await conn.execute(f"SELECT FROM {app.state.store.table} WHERE name = $1 FOR UPDATE", name)
-        refused = await asyncio.wait_for(acquire(client, name), timeout=5)
+        refused = await asyncio.wait_for(acquire(client, name), timeout=SETTLE)  # a wait would end in 503
         assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "lock_held"
 
@@ -89,7 +90,7 @@ async def test_an_acquire_racing_a_release_sees_the_committed_row(
             assert not pending.done()  # waiting for the writer's commit, not answering from its snapshot
         finally:
             await tx.commit()
-        refused = await asyncio.wait_for(pending, timeout=5)
+        refused = await asyncio.wait_for(pending, timeout=SETTLE)
     assert refused.status_code == 409
     assert refused.json()["error"]["locked_by"] == "java-host-9"
 
