@@ -19,6 +19,7 @@ With more than one worker process (``serve --workers N``) the values are shared 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -264,16 +265,25 @@ class Metrics:
         return self.job_ticks if self.shared is None else multiprocess.read_ticks(self.shared)
 
 
+def _tasks(n: int) -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "schedlock_event_loop_tasks",
+        "Tasks of the process's event loop at the scrape: requests in flight, background chores, the server's own. "
+        "Flat under a steady load; a rise that never comes back is a leak (docs/reliability.md, soak).",
+        value=n,
+    )
+
+
 class _StateCollector:
-    """Gauges read at scrape time: pool usage (of one process; several workers share theirs in files), and the
-    held-lock count cached by ``refresh_held_locks``."""
+    """Gauges read at scrape time: pool usage (of one process; several workers share theirs in files), the event
+    loop's tasks (one process only), and the held-lock count cached by ``refresh_held_locks``."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
     def describe(self) -> Iterable[Metric]:
         pool_open, pool_max, held = self._families()
-        return [held] if self._metrics.shared else [pool_open, pool_max, held]
+        return [held] if self._metrics.shared else [pool_open, pool_max, _tasks(0), held]
 
     def collect(self) -> Iterable[Metric]:
         m = self._metrics
@@ -284,6 +294,9 @@ class _StateCollector:
             pool_open.add_metric(["idle"], idle)
             pool_max.add_metric([], m.pool.get_max_size())
             yield from (pool_open, pool_max)
+        if m.shared is None:
+            with contextlib.suppress(RuntimeError):  # scraped outside the event loop: no tasks to count
+                yield _tasks(len(asyncio.all_tasks()))
         if m.held_locks is not None:
             held.add_metric([], m.held_locks)
             yield held
