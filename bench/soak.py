@@ -177,6 +177,7 @@ async def _window(
         "dropped": counts.get("dropped", 0),
         "unexpected": unexpected,
         "loadavg_1m": round(os.getloadavg()[0], 2),
+        "soak_cpu_s": round(time.process_time(), 2),
         "ops": {
             op: {"n": len(v), "p50_ms": _ms(percentile(v, 0.50)), "p99_ms": _ms(percentile(v, 0.99))}
             for op, v in sorted(latencies.items())
@@ -197,6 +198,7 @@ async def _server(server: target.Server, scraper: Server) -> dict[str, Any]:
     fds, clients = open_fds(server.pid), _sockets_on_port(urlsplit(server.url).port)
     return {
         "rss_mb": round(target.process_rss_mb(server.pid), 1),
+        "cpu_s": round(target.process_cpu_s(server.pid), 2),
         "fds": len(fds),
         # Without the soak's own keep-alive connections to it, which come and go with the load's bursts.
         "fds_own": len([fd for fd in fds.values() if fd not in clients]),

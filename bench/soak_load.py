@@ -33,7 +33,8 @@ MIX = (("plain", 0.60), ("skip", 0.15), ("slot", 0.10), ("job", 0.15))
 TIMEOUT_S = 15.0
 #: Cycles in flight at most; a cycle due while this many run is not started, and counted as dropped.
 MAX_IN_FLIGHT = 2000
-AT_MOST = b'"lock_at_most_for": "30s"'
+LEASE_S = 30
+AT_MOST = b'"lock_at_most_for": "%ds"' % LEASE_S
 
 
 class Recorder:
@@ -110,6 +111,7 @@ class Fleet:
 
     async def _own(self, home: Server, other: Server | None) -> None:
         name = self.free.popleft()
+        done = False
         try:
             base = f"/v1/locks/{name}"
             got = await self.call("acquire", home, "POST", f"{base}/acquire", b"{%s}" % AT_MOST, (200,))
@@ -123,9 +125,13 @@ class Fleet:
                 body = b'{"token": "%s", %s}' % (token, AT_MOST)
                 if await self.call("extend", home, "POST", f"{base}/extend", body, (200,)) is None:
                     return
-            await self.call("release", home, "POST", f"{base}/release", b'{"token": "%s"}' % token, (200,))
+            got = await self.call("release", home, "POST", f"{base}/release", b'{"token": "%s"}' % token, (200,))
+            done = got is not None
         finally:
-            self.free.append(name)
+            if done:
+                self.free.append(name)
+            else:  # a cycle given up may still hold its lease: the name is free again once that has run out
+                asyncio.get_running_loop().call_later(LEASE_S + 1, self.free.append, name)
 
     async def _shared(self, op: str, home: Server, name: str, body: bytes, completed: bool) -> None:
         base = f"/v1/locks/{name}"
