@@ -4,6 +4,7 @@ costs (docs/history.md, "A fleet's month").
 1. **Reads**: a ``schedlock-server`` on the generated table answers, one request at a time, each read of the API
    and the dashboard that touches the history (a busy and a rare lock's runs, every run, a team's, the jobs list,
    a busy and a rare job's ticks, the pages); p50/p99/max per read.
+   Then the database's part of them: the server's own statements under ``EXPLAIN (ANALYZE)`` (bench/fleet_explain.py).
 2. **Retention, batched DELETE** (the Pruner's statement, ``--batch`` rows each): the oldest day deleted, then
    vacuumed, then a new day inserted (the steady state: a day out, a day in): time, rows/s, WAL bytes, and the
    table's and indexes' sizes at each step.
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace, url: str, output: Path) -> dict[str, Any]:
         record["generate"] = asyncio.run(_generate(url, args.days, args.scale))
     record["sizes"] = asyncio.run(_sizes(url))
     record["reads"] = _reads(url, output, args.requests)
+    record["statements"] = asyncio.run(_statements(url))
     if args.retention:
         record["retention_delete"] = asyncio.run(_delete_day(url, args.batch))
     if args.partitions:
@@ -285,6 +287,19 @@ async def _new_day(conn: asyncpg.Connection) -> dict[str, Any]:
     await conn.execute(day_sql(runs, names), now + dt.timedelta(days=1), 1440, 0, total)
     await conn.execute("SET session_replication_role = DEFAULT")
     return {"insert_s": round(time.monotonic() - t0, 1), **await _table_sizes(conn)}
+
+
+async def _statements(url: str) -> dict[str, Any]:
+    from bench.fleet_explain import measure
+
+    conn = await asyncpg.connect(url, server_settings={"timezone": "UTC"})
+    try:
+        found = await measure(conn, SCHEMA, TABLE)
+    finally:
+        await conn.close()
+    for read, operations in found.items():
+        say(f"{read}: " + ", ".join(f"{op} p50 {f['p50_ms']} p99 {f['p99_ms']} ms" for op, f in operations.items()))
+    return found
 
 
 async def _partitions(url: str) -> dict[str, Any]:
