@@ -128,7 +128,7 @@ def render(record: dict[str, Any]) -> str:
 
 
 def svg(record: dict[str, Any]) -> str:
-    """Five panels over time: RSS, FDs, connections, p99 per operation, the runs table's size and dead tuples."""
+    """Panels over time: RSS, FDs, connections, p99 per operation, the load average, the runs table."""
     windows = record["windows"]
     xs = [w["t_s"] / 60 for w in windows]
     n = record["config"]["servers"]
@@ -147,6 +147,7 @@ def svg(record: dict[str, Any]) -> str:
             + [("pg_stat_activity", [w["pg"]["connections"] for w in windows])],
         ),
         ("p99 per window (ms)", [(op, [w["ops"].get(op, {}).get("p99_ms") for w in windows]) for op in ops]),
+        ("machine load average (1 min)", [("load", [w["loadavg_1m"] for w in windows])]),
         (
             "runs table",
             [

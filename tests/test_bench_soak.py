@@ -120,7 +120,7 @@ def test_the_plot_and_the_table_show_every_window() -> None:
     text = render(record)
     assert len([line for line in text.splitlines() if line.strip()[:1].isdigit()]) == 30
     drawn = svg(record)
-    assert drawn.startswith("<svg") and drawn.count("<polyline") == 2 + 2 + 3 + 1 + 2
+    assert drawn.startswith("<svg") and drawn.count("<polyline") == 2 + 2 + 3 + 1 + 1 + 2
 
 
 @pytest.mark.system
