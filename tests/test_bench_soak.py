@@ -127,7 +127,7 @@ def test_the_plot_and_the_table_show_every_window() -> None:
 def test_a_minute_of_soak_records_every_window_and_passes_its_checks(database_url: str, tmp_path: Path) -> None:
     output = tmp_path / "soak.json"
     command = [sys.executable, "-m", "bench.soak", "--database-url", database_url, "--output", str(output)]
-    # A low rate (the suite shares the machine); retention 20 s, pruned every 5 s, so it catches up in the minute.
+    # A low rate (the suite shares the machine); retention 20 s, pruned every 5 s, so it prunes within the minute.
     options = ["--duration", "60s", "--rate", "40", "--read-rate", "4", "--window", "10s", "--settle", "20s"]
     options += ["--retention", "20s", "--prune-interval", "5s"]
     done = subprocess.run([*command, *options], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -144,9 +144,12 @@ def test_a_minute_of_soak_records_every_window_and_passes_its_checks(database_ur
         assert w["pg"]["connections"] > 0 and w["history"]["runs_bytes"] > 0, w
     ops = {op for w in windows for op in w["ops"]}
     assert {"acquire", "extend", "release", "skip", "slot", "job", "read_runs", "read_ticks", "read_ui"} <= ops
-    assert sum(w["history"]["runs_dead"] for w in windows) > 0 or windows[-1]["history"]["runs_autovacuums"] > 0
+    # Retention pruned: far fewer runs are left than the cycles that acquired (each plain or skip cycle one).
+    acquired = sum(w["kinds"].get("plain", 0) + w["kinds"].get("skip", 0) for w in windows)
+    assert windows[-1]["history"]["runs_live"] < 0.8 * acquired, (windows[-1]["history"], acquired)
     verdicts = {name: c["verdict"] for name, c in record["checks"].items()}
-    # What a minute can judge. (p99 against the first window's is not asserted: the suite shares the machine.)
-    for name in ("rate", "answers", "fds", "connections", "history"):
+    # What a minute can judge. Not p99 against the first window's (the suite shares the machine), nor the history's
+    # size once flat (the deleted space is reused after autovacuum, whose naptime is a minute).
+    for name in ("rate", "answers", "fds", "connections"):
         assert verdicts[name] == "pass", (name, record["checks"][name], done.stdout)
     assert schemas_left(database_url, "soak_") == 0
