@@ -7,7 +7,6 @@ before retention has pruned a first time; RSS growth is judged after the settlin
 from __future__ import annotations
 
 import html
-import statistics
 from typing import Any
 
 #: The targets (issue 46): RSS growth after settling, in MB; p99 of a window against the first window's.
@@ -190,11 +189,3 @@ def svg(record: dict[str, Any]) -> str:
             out.append(f'<text x="{left + plot_w + 24}" y="{ly - 4}">{html.escape(label)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
-
-
-def summary(values: list[float]) -> dict[str, float | None]:
-    return {
-        "min": min(values, default=None),
-        "median": statistics.median(values) if values else None,
-        "max": max(values, default=None),
-    }
