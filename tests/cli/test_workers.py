@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -148,6 +149,23 @@ def test_a_worker_that_dies_is_replaced(settings: Settings) -> None:
             time.sleep(0.05)
         replaced = [w for w in wait_for_pools(server, 2, db_port) if w.pid != survivor.pid]
         assert len(replaced) == 1 and replaced[0].pid != killed.pid
+        assert httpx.get(f"{server.url}/readyz").status_code == 200
+    finally:
+        output = stop_server(server)
+    assert server.process.returncode == 0, output
+
+
+def test_sighup_replaces_every_worker(settings: Settings) -> None:
+    """SIGHUP restarts the workers (each reads its configuration again): new processes, still one server."""
+    server, db_port = start_two_workers(settings)
+    try:
+        before = {w.pid for w in wait_for_pools(server, 2, db_port)}
+        server.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while before & {w.pid for w in workers_of(server)} or len(wait_for_pools(server, 2, db_port)) != 2:
+            assert server.process.poll() is None, "the server outlives SIGHUP"
+            assert time.monotonic() < deadline, f"still {workers_of(server)} of {before}"
+            time.sleep(0.1)
         assert httpx.get(f"{server.url}/readyz").status_code == 200
     finally:
         output = stop_server(server)

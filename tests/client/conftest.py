@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-import schedlock._keepalive
+import schedlock._keepalive as keepalive
 from schedlock import AsyncLockClient, LockClient
 from tests.support.cli import Spawn, cli_env
 from tests.support.patience import ANSWER
@@ -41,7 +41,7 @@ async def async_client(url: str) -> AsyncIterator[AsyncLockClient]:
 @pytest.fixture
 def fast_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let keep-alive accept a 2s lock_at_most_for (extending every second), so tests need not wait minutes."""
-    monkeypatch.setattr(schedlock._keepalive, "MINIMUM_LOCK_AT_MOST_FOR", timedelta(seconds=1))
+    monkeypatch.setattr(keepalive, "MINIMUM_LOCK_AT_MOST_FOR", timedelta(seconds=1))
 
 
 @pytest.fixture
