@@ -55,10 +55,16 @@ async def measure(conn: asyncpg.Connection, schema: str, table: str, say: Callab
     out["copy_s"] = round(time.monotonic() - t0, 1)
     say(f"partitioned copy: {days} partitions in {out['copy_s']} s")
 
-    sample = await conn.fetch(
-        f"SELECT name, fencing_token, acquired_at FROM {runs} TABLESAMPLE SYSTEM (0.1) WHERE outcome <> 'running' "
-        f"LIMIT {LOOKUPS}"
-    )
+    # 0.1% of a month's pages is plenty; a small history (the suite's 1/100 of a day) may give no page at that
+    # share: take ten times as many until the sample is full, or the whole table.
+    sample: list[Any] = []
+    share = 0.1
+    while len(sample) < LOOKUPS and share <= 100:
+        sample = await conn.fetch(
+            f"SELECT name, fencing_token, acquired_at FROM {runs} TABLESAMPLE SYSTEM ({share}) "
+            f"WHERE outcome <> 'running' LIMIT {LOOKUPS}"
+        )
+        share *= 10
     keys = [(r["name"], r["fencing_token"], r["acquired_at"]) for r in sample]
     until = dt.datetime(2000, 1, 1)
     lookup = "UPDATE {t} SET lock_until = $3 WHERE name = $1 AND fencing_token = $2 AND outcome = 'running' " + (
