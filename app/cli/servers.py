@@ -1,30 +1,29 @@
 """How ``serve`` runs the app on uvicorn: in this process, or in ``SCHEDLOCK_WORKERS`` worker processes.
 
-One process (the default) serves the app object ``serve`` built. With more, uvicorn's supervisor binds the port once
-and starts that many worker processes on it (a fresh interpreter each): every worker builds its own app from the
-``SCHEDLOCK_*`` environment, which ``serve`` first sets to the settings it resolved (flags and the embedded
-database's URL included). Each worker has its own database pool; their metrics are shared in a private directory
-the supervisor creates and removes (app.ops.multiprocess), so any worker's ``/metrics`` answers for all. On
-SIGTERM the supervisor sends SIGTERM to each worker, which shuts down gracefully, and returns once all have exited;
-``serve`` then stops the embedded database, if it started one. A worker that fails at start-up stops them all, and
-``serve`` exits with status 3, as one process does.
+One process (the default) serves the app object ``serve`` built, through ``uvicorn.run``. With more, ``serve`` binds
+the port once and schedlock's supervisor (app.cli.supervisor, standard library only) starts that many worker
+processes on it (a fresh interpreter each): every worker builds its own app from the ``SCHEDLOCK_*`` environment,
+which ``serve`` first sets to the settings it resolved (flags and the embedded database's URL included), and serves
+it on the shared socket with uvicorn's public ``Config`` and ``Server``. Each worker has its own database pool; their
+metrics are shared in a private directory this process creates and removes (app.ops.multiprocess), so any worker's
+``/metrics`` answers for all. On SIGTERM the supervisor sends SIGTERM to each worker, which shuts down gracefully,
+and returns once all have exited; ``serve`` then stops the embedded database, if it started one. A worker that fails
+at start-up stops them all, and ``serve`` exits with status 3, as one process does.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import logging
 import os
 import signal
 import socket
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
-from uvicorn.config import STARTUP_FAILURE
-from uvicorn.supervisors.multiprocess import Multiprocess
 
 from app.auth.authenticator import Authenticator
+from app.cli.supervisor import STARTUP_FAILURE, Supervisor
 from app.ops import multiprocess
 from app.ops.logs import configure_logging
 from app.settings import Settings
@@ -34,6 +33,10 @@ if TYPE_CHECKING:
 
 #: What a worker process builds its app with (uvicorn imports it by name, in each worker).
 WORKER_APP = "app.cli.servers:worker_app"
+#: Connections the shared socket queues before a worker accepts them (uvicorn's default).
+BACKLOG = 2048
+
+logger = logging.getLogger("schedlock")
 
 
 def exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -72,64 +75,46 @@ def run(settings: Settings, authenticator: Authenticator) -> None:
         # (by app.main): a directory named for its multiprocess mode would make it
         # write every value to files. So this comes before anything imports either.
         os.environ.pop(multiprocess.ENV, None)
-    options = uvicorn_options(settings)
-    if settings.workers == 1:
         from app.main import create_app
 
-        uvicorn.run(create_app(settings, freeze_gc=True, authenticator=authenticator), **options)
+        app = create_app(settings, freeze_gc=True, authenticator=authenticator)
+        uvicorn.run(app, **uvicorn_options(settings))
         return
+    try:
+        listening = listen(settings)
+    except OSError as exc:
+        logger.error("cannot listen on %s port %d: %s", settings.host, settings.port, exc)
+        raise SystemExit(STARTUP_FAILURE) from exc
     os.environ.update(settings.environ())
-    with multiprocess.private_dir() as metrics_dir:
-        # uvicorn.run(WORKER_APP, workers=N) does these three steps with a plain Config.
-        config = WorkerConfig(WORKER_APP, factory=True, workers=settings.workers, **options)
-        supervisor = Supervisor(config, sockets=[config.bind_socket()], metrics_dir=metrics_dir)
-        supervisor.run()
-    # A worker that failed before it served (its lifespan raised: a database that does not exist, say) stops the
-    # supervisor, which then returns as if asked to stop. Exit as one process does after a failed start-up, so an
-    # orchestrator sees the failure rather than a clean exit.
-    if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+    with listening, multiprocess.private_dir() as metrics_dir:
+        supervisor = Supervisor(
+            serve_worker, listening, settings.workers, lambda pid: multiprocess.forget(pid, metrics_dir)
+        )
+        status = supervisor.run()
+    # A worker that failed before it served (its lifespan raised: a database that does not exist, say) stopped the
+    # server. Exit as one process does after a failed start-up, so an orchestrator sees the failure, not a clean exit.
+    if status != 0:
+        raise SystemExit(status)
+
+
+def listen(settings: Settings) -> socket.socket:
+    """The socket every worker accepts on, bound and listening (connections wait in its backlog until a worker that
+    has started accepts them). An IPv6 address (with a ``:``) takes an IPv6 socket, as uvicorn does."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    return socket.create_server((settings.host, settings.port), family=family, backlog=BACKLOG)
+
+
+def serve_worker(listening: socket.socket) -> None:
+    """One worker process (the supervisor's target): schedlock's logging and SIGTERM's handler (see ``run``), then
+    uvicorn's server on the shared socket, with the app ``worker_app`` builds. A server that never started (its app
+    or its lifespan failed) exits with ``STARTUP_FAILURE``, which stops the supervisor."""
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    server = uvicorn.Server(uvicorn.Config(WORKER_APP, factory=True, **uvicorn_options(settings)))
+    server.run(sockets=[listening])
+    if not server.started:
         raise SystemExit(STARTUP_FAILURE)
-
-
-class Supervisor(Multiprocess):
-    """uvicorn's supervisor, which also tells the shared metrics when a worker has exited (died and replaced, or
-    retired by SIGHUP or SIGTTOU), so that its live gauges leave the server's sums."""
-
-    def __init__(self, config: uvicorn.Config, sockets: list[socket.socket], metrics_dir: Path) -> None:
-        super().__init__(config, sockets)
-        self.metrics_dir = metrics_dir
-        self._pids: set[int] = set()
-
-    def init_processes(self) -> None:
-        super().init_processes()
-        self._forget_exited()
-
-    def keep_subprocess_alive(self) -> None:
-        super().keep_subprocess_alive()
-        self._forget_exited()
-
-    def handle_signals(self) -> None:
-        super().handle_signals()
-        self._forget_exited()
-
-    def _forget_exited(self) -> None:
-        pids = {p.pid for p in self.processes if p.pid is not None}
-        for pid in self._pids - pids:
-            multiprocess.forget(pid, self.metrics_dir)
-        self._pids = pids
-
-
-class WorkerConfig(uvicorn.Config):
-    """uvicorn's Config for worker processes. ``configure_logging`` is what uvicorn calls first in a new worker
-    (and in ``Config.__init__``): there a worker sets up schedlock's logging and SIGTERM's handler (see ``run``)
-    before uvicorn's server starts."""
-
-    def configure_logging(self) -> None:
-        super().configure_logging()
-        if multiprocessing.parent_process() is not None:  # in a worker, not in the supervisor
-            settings = Settings()
-            configure_logging(settings.log_level, settings.log_format)
-            signal.signal(signal.SIGTERM, exit_on_sigterm)
 
 
 def worker_app() -> FastAPI:

@@ -132,7 +132,7 @@ class JobStore:
                 WHERE s.name = r.name AND s.fencing_token = r.fencing_token) AS skipped,
               r.forced_by, r.force_reason, r.failed
             FROM {self.runs_table} r
-            WHERE r.name = w.name AND r.acquired_at >= w.lo AND (w.hi IS NULL OR r.acquired_at < w.hi)"""
+            WHERE r.name = w.name AND r.acquired_at >= w.lo AND r.acquired_at < COALESCE(w.hi, 'infinity')"""
         # The last completed run: the runs of a name by fencing token, newest first, up to the first released one
         # that did not fail (the (name, fencing_token) index, read backwards).
         completed = f"""

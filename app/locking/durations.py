@@ -16,12 +16,12 @@ import functools
 import re
 from datetime import timedelta
 
-_SHORT = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)?", re.IGNORECASE | re.ASCII)
-_ISO = re.compile(
+SHORT = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)?", re.IGNORECASE | re.ASCII)
+ISO = re.compile(
     r"P(?:([0-9]{1,9})D)?(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,12})M)?(?:([0-9]{1,15})(?:[.,]([0-9]{1,9}))?S)?)?",
     re.IGNORECASE | re.ASCII,
 )
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # timedelta cannot hold more than 999,999,999 days; anything near that is refused long before, by the maximum.
 _CEILING = timedelta(days=100_000)
 
@@ -72,11 +72,11 @@ def _parse_short(text: str) -> timedelta:
 def _parse_any(text: str) -> timedelta:
     if text.startswith(("-", "+")):
         raise DurationError(f"must not be signed: {text!r}")
-    short = _SHORT.fullmatch(text)
+    short = SHORT.fullmatch(text)
     if short:
         amount, unit = int(short.group(1)), (short.group(2) or "ms").lower()
-        return _from_ms(amount * _UNIT_MS[unit])
-    iso = _ISO.fullmatch(text)
+        return _from_ms(amount * UNIT_MS[unit])
+    iso = ISO.fullmatch(text)
     if iso and text.upper() not in {"P", "PT"} and not text.upper().endswith("T"):
         days, hours, minutes, seconds, fraction = iso.groups()
         micros = int((fraction or "0").ljust(9, "0")[:6])

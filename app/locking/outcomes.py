@@ -6,8 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from app.coalescing.flights import Alone, Answer, Failed, Outcome
-from app.errors import LockNotFound, NotHolder, SchemaNotMigrated, StorageUnavailable
-from app.locking.rows import Lease, LockRow, row_from
+from app.errors import LockHeld, LockNotFound, NotHolder, SchemaNotMigrated, StorageUnavailable
+from app.locking.rows import Lease, LockRow, held, row_from
+
+#: Names whose last refusal is kept (Refusals); past this many, the record starts again.
+REFUSALS_KEPT = 1024
 
 
 def lease_row(name: str, rows: list[Any], action: str) -> LockRow:
@@ -45,3 +48,22 @@ def follow(outcome: Outcome[Lease | LockRow]) -> Answer[Lease | LockRow] | Faile
         case Failed(Exception() as exc) if (error := everyones(exc)) is not None:
             return Failed(error)
     return Alone()
+
+
+class Refusals:
+    """The last refusal made per name, with the row it names. Each caller gets its own error: a copy of the one made
+    for the last row of this name while it is the same row object (the callers one statement's outcome decided), so
+    a refusal is made and its body rendered once for them all. The one kept is never raised, so it holds no
+    traceback (and no frame of a request)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[LockRow, LockHeld]] = {}
+
+    def of(self, name: str, current: LockRow) -> LockHeld:
+        """The refusal naming ``current`` as the holder of ``name``."""
+        last = self.kept.get(name)
+        if last is None or last[0] is not current:
+            if len(self.kept) >= REFUSALS_KEPT:
+                self.kept.clear()
+            last = self.kept[name] = (current, held(name, current))
+        return last[1].again()

@@ -28,13 +28,11 @@ from app.errors import LockHeld, LockNotFound, SchemaNotMigrated, StorageUnavail
 from app.locking import slots
 from app.locking.leases import hash_token, new_token, released_marker
 from app.locking.listing import list_query
-from app.locking.outcomes import everyones, follow, lease_row
-from app.locking.rows import Lease, LockRow, Page, held, row_from, slot_done
+from app.locking.outcomes import Refusals, everyones, follow, lease_row
+from app.locking.rows import Lease, LockRow, Page, row_from, slot_done
 from app.locking.statements import AcquireOp, LockStatements, ReleaseOp
 
 logger = logging.getLogger("schedlock.locks")
-#: Names whose last refusal is kept (LockStore._held); past this many, the record starts again.
-_REFUSALS_KEPT = 1024
 
 
 class LockStore:
@@ -51,9 +49,8 @@ class LockStore:
         #: The database's now as last seen, from which the slotted acquire lists its candidate ticks.
         self.db_clock = slots.DbClock()
         self._acquiring: Flights[Lease | LockRow] = Flights()
-        #: The last refusal made per name, with the row it names: the acquires that queued behind one statement
-        #: are refused with that statement's one row (Flights), so its refusal is made and rendered once.
-        self._refusals: dict[str, tuple[LockRow, LockHeld]] = {}
+        #: The acquires that queued behind one statement are refused with its one row (Flights): made once.
+        self.refusals = Refusals()
         self._orphans: set[asyncio.Task[Any]] = set()
         busy = statements.pool.saturated
         self.acquires: Batches[AcquireOp] = Batches(
@@ -148,17 +145,10 @@ class LockStore:
         return current
 
     def _held(self, name: str, current: LockRow) -> LockHeld:
-        """The refusal naming ``current`` as the holder, each caller its own error: a copy of the one made for the
-        last row of this name while it is the same row object (the callers one statement's outcome decided). The
-        one kept is never raised, so it holds no traceback (and no frame of a request)."""
+        """The refusal naming ``current`` as the holder (app.locking.outcomes.Refusals), told to ``on_held``."""
         if self._on_held is not None:
             self._on_held(current)
-        last = self._refusals.get(name)
-        if last is None or last[0] is not current:
-            if len(self._refusals) >= _REFUSALS_KEPT:
-                self._refusals.clear()
-            last = self._refusals[name] = (current, held(name, current))
-        return last[1].again()
+        return self.refusals.of(name, current)
 
     async def release(self, name: str, token: str, completed: bool = True) -> LockRow:
         """End the lease; ``completed`` (the job finished) records its slot, if it has one, as completed."""

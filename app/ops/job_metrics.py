@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,10 +18,20 @@ DECIDED_STATES = ("completed", "failed", "timed_out", "missed")
 #: Ticks counted, per (job, state).
 Ticks = dict[tuple[str, str], int]
 
+#: When this process started (its monotonic clock; the module is imported as the server starts).
+STARTED = time.monotonic()
 
-def count_ticks(statuses: list[JobStatus], job_ticks: Ticks, ticks_counted: dict[str, Any]) -> None:
+
+def count_ticks(
+    statuses: list[JobStatus], job_ticks: Ticks, ticks_counted: dict[str, Any], started: float | None = None
+) -> None:
     """Count, into ``job_ticks``, the ticks decided since the newest one counted per job (``ticks_counted``, which
-    moves on); a job's first reading only sets where its counting starts."""
+    moves on). A job read for the first time counts its ticks decided since the process started (``started``, on the
+    monotonic clock; STARTED if None), whenever that first reading comes: the start is placed on the database's
+    clock (the ticks') as the reading's ``db_time`` less the time this process has run, so no clock of this process
+    is compared with the database's. A tick decided between a job's registration and a replica's first scrape
+    counts; one of a time before the start does not."""
+    running_for = timedelta(seconds=time.monotonic() - (STARTED if started is None else started))
     for status in statuses:
         name = status.job.name
         decided = [t for t in status.ticks if t.state not in ("pending", "running")]
@@ -30,14 +41,12 @@ def count_ticks(statuses: list[JobStatus], job_ticks: Ticks, ticks_counted: dict
         if status.state == "paused":  # raises nothing: its ticks are not counted, now or once resumed
             ticks_counted[name] = max([t.at for t in status.ticks] or [counted or datetime.min])
             continue
-        if counted is not None:
-            for tick in decided:
-                if tick.at > counted:
-                    job_ticks[name, tick.state] += 1
-        if decided:
-            ticks_counted[name] = max(decided[-1].at, counted or decided[-1].at)
-        elif counted is None:
-            ticks_counted[name] = datetime.min  # nothing decided yet: count every tick from now on
+        if counted is None:  # the first reading: from the process's start on
+            counted = status.db_time - running_for
+        for tick in decided:
+            if tick.at > counted:
+                job_ticks[name, tick.state] += 1
+        ticks_counted[name] = max(decided[-1].at, counted) if decided else counted
     gone = {name for name, _ in job_ticks} - {s.job.name for s in statuses}
     for name, state in [key for key in job_ticks if key[0] in gone]:
         del job_ticks[name, state]

@@ -55,10 +55,10 @@ def _stamp(created: float, msecs: float) -> str:
     return f"{_second[1]}.{int(msecs):03d}Z"
 
 
-_milli: list[Any] = [-1, ""]  # the last millisecond stamped by _stamp_now, and its text: at load lines share it
+_milli: list[Any] = [-1, ""]  # the last millisecond stamped by stamp_now, and its text: at load lines share it
 
 
-def _stamp_now() -> str:
+def stamp_now() -> str:
     """The time now as _timestamp gives a record's, made once per millisecond."""
     milli = int(time.time() * 1000)
     if milli != _milli[0]:
@@ -185,7 +185,7 @@ def write_json_line(logger: logging.Logger, level: int, message: str, fields: di
     handler = _only_json_handler(logger, level)
     if handler is None:
         return False
-    handler.emit_line(_json_line(_stamp_now(), logging.getLevelName(level), logger.name, redact(message), fields))
+    handler.emit_line(_json_line(stamp_now(), logging.getLevelName(level), logger.name, redact(message), fields))
     return True
 
 

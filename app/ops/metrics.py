@@ -10,8 +10,8 @@ The jobs' metrics (docs/jobs.md) are the one exception to "no lock name in a lab
 name of a registered job (not ``job``: Prometheus sets that label on every series it scrapes, and would rename
 ours ``exported_job``). That set is bounded by what write tokens register on purpose, not by what clients
 invent. They are computed on scrape too, with the same cache: every job's state, from one page of jobs and one
-statement for their runs. ``schedlock_job_ticks_total`` counts the ticks the server saw decided, from its first
-scrape on.
+statement for their runs. ``schedlock_job_ticks_total`` counts the ticks the server saw decided since it started,
+whether or not anything scraped before (app.ops.job_metrics).
 
 With more than one worker process (``serve --workers N``) the values are shared between the workers in files
 (app.ops.multiprocess), so that ``/metrics`` answers for the whole server; one worker keeps them in memory.

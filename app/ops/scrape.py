@@ -4,6 +4,8 @@ become (``StateCollector``, registered with the app's registry by app.ops.metric
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -84,16 +86,25 @@ class Scraped:
         return self.job_ticks if self.shared is None else multiprocess.read_ticks(self.shared)
 
 
+def _tasks(n: int) -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "schedlock_event_loop_tasks",
+        "Tasks of the process's event loop at the scrape: requests in flight, background chores, the server's own. "
+        "Flat under a steady load; a rise that never comes back is a leak (docs/reliability.md, soak).",
+        value=n,
+    )
+
+
 class StateCollector:
-    """Gauges read at scrape time: pool usage (of one process; several workers share theirs in files), the
-    held-lock count and the jobs' states cached by ``Scraped``."""
+    """Gauges read at scrape time: pool usage (of one process; several workers share theirs in files), the event
+    loop's tasks (one process only), the held-lock count and the jobs' states cached by ``Scraped``."""
 
     def __init__(self, scraped: Scraped) -> None:
         self._scraped = scraped
 
     def describe(self) -> Iterable[Metric]:
         pool_open, pool_max, held = self._families()
-        return [held] if self._scraped.shared else [pool_open, pool_max, held]
+        return [held] if self._scraped.shared else [pool_open, pool_max, _tasks(0), held]
 
     def collect(self) -> Iterable[Metric]:
         s = self._scraped
@@ -104,6 +115,9 @@ class StateCollector:
             pool_open.add_metric(["idle"], idle)
             pool_max.add_metric([], s.pool.get_max_size())
             yield from (pool_open, pool_max)
+        if s.shared is None:
+            with contextlib.suppress(RuntimeError):  # scraped outside the event loop: no tasks to count
+                yield _tasks(len(asyncio.all_tasks()))
         if s.held_locks is not None:
             held.add_metric([], s.held_locks)
             yield held

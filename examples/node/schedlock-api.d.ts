@@ -396,8 +396,8 @@ export interface components {
             holder?: string | null;
             /**
              * Slot
-             * @description Run once per tick: a tick key of the caller's choosing (1-64 characters, no control characters). If it is the name's last completed slot, the answer is 409 `slot_done`. Not with `schedule`.
-             * @example 2026-11-30T03:00
+             * @description Run once per tick: a tick key of the caller's choosing (1-64 characters, no control characters). If it is the name's last completed slot, the answer is 409 `slot_done`; so it is for a tick time (`2026-11-30T03:00:00.000Z`, the form times are written in) older than the last completed one (docs/slots.md). Not with `schedule`.
+             * @example 2026-11-30T03:00:00.000Z
              */
             slot?: string | null;
             /**
@@ -1222,13 +1222,13 @@ export interface components {
             name: string;
             /**
              * Slot
-             * @description The slot asked for: the name's last completed slot (docs/slots.md).
+             * @description The slot asked for: the name's last completed slot, or (`stale`) a tick older than it (docs/slots.md).
              */
             slot: string;
             /**
              * Completed At
              * Format: date-time
-             * @description When a holder released that slot as completed.
+             * @description When a holder released the last completed slot as completed.
              * @example 2026-11-29T03:00:00.000Z
              */
             completed_at: string;
@@ -1244,6 +1244,17 @@ export interface components {
              * @example 2026-11-29T03:00:00.000Z
              */
             db_time: string;
+            /**
+             * Stale
+             * @description Present (true) when `slot` is a tick older than the last completed one: a late trigger of an old tick.
+             * @default false
+             */
+            stale: boolean;
+            /**
+             * Last Completed Slot
+             * @description With `stale`: the name's last completed slot, the newer tick.
+             */
+            last_completed_slot?: string;
         };
         /** StorageUnavailableDetail */
         StorageUnavailableDetail: {
@@ -1472,7 +1483,7 @@ export interface operations {
                     "application/json": components["schemas"]["ForbiddenError"];
                 };
             };
-            /** @description `lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when. `slot_done` (with `slot` or `schedule`): the requested slot is the name's last completed one; `slot`, `completed_at` and `locked_by` say which, when and by whom. Either way: skip this run. */
+            /** @description `lock_held`: someone holds the lock; `locked_by`, `locked_at`, `lock_until` say who and until when. `slot_done` (with `slot` or `schedule`): the requested slot is the name's last completed one, or `stale`: a tick older than it (`last_completed_slot`); `slot`, `completed_at` and `locked_by` say which, when and by whom. Either way: skip this run. */
             409: {
                 headers: {
                     [name: string]: unknown;

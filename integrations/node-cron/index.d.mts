@@ -13,6 +13,8 @@ export function parseKey(key: string): {
  * @typedef {object} CoordinatorOptions
  * @property {string} [url] the service, default SCHEDLOCK_URL or http://127.0.0.1:8000
  * @property {string} [token] the API token, default SCHEDLOCK_TOKEN
+ * @property {string} [tokenFile] a file holding the token, read again whenever it changes (a Kubernetes projected
+ *   service-account token), default SCHEDLOCK_TOKEN_FILE; used when no token is given
  * @property {number} [timeoutMs] per request, default 10000
  * @property {string} [holder] who holds the lock, shown to other nodes, default "node-cron on HOST pid PID"
  * @property {(taskName: string) => string} [lockName] the lock of a task, default the task's name
@@ -34,10 +36,22 @@ export class RequestRejectedError extends Error {
     status: number;
     code: string;
 }
+/**
+ * A token kept in a file its platform rotates: read now (a missing file throws at once), and again whenever the
+ * file's mtime, size or inode change (a projected volume swaps a symlink). A file unreadable after a good read keeps
+ * the last token.
+ */
+export class TokenFile {
+    /** @param {string} path */
+    constructor(path: string);
+    /** @returns {string} the current token */
+    get token(): string;
+    #private;
+}
 /** @implements {RunCoordinator} */
 export class SchedlockCoordinator implements RunCoordinator {
     /** @param {CoordinatorOptions} [options] */
-    constructor({ url, token, timeoutMs, holder, lockName, failOpen, logger, }?: CoordinatorOptions);
+    constructor({ url, token, tokenFile, timeoutMs, holder, lockName, failOpen, logger, }?: CoordinatorOptions);
     /**
      * Takes the tick: true to run it, false when another node runs it or ran it. Throws when schedlock cannot be asked
      * (unless failOpen) or refuses the request, and node-cron skips the tick with reason 'coordinator-error'.
@@ -72,6 +86,11 @@ export type CoordinatorOptions = {
      * the API token, default SCHEDLOCK_TOKEN
      */
     token?: string;
+    /**
+     * a file holding the token, read again whenever it changes (a Kubernetes projected
+     * service-account token), default SCHEDLOCK_TOKEN_FILE; used when no token is given
+     */
+    tokenFile?: string;
     /**
      * per request, default 10000
      */

@@ -21,6 +21,7 @@ from app.db import migrate
 from schedlock import AsyncLockClient, InvalidRequest, LockClient
 from tests.support.apps import drop_schema, in_process, make_settings
 from tests.support.java import JavaNode
+from tests.support.patience import ANSWER
 from tests.support.servers import LiveServer
 
 #: Appended to a test's own name: names a Java node's ShedLock takes and the API's writes refuse (the dots: names an
@@ -40,7 +41,7 @@ async def test_a_java_made_name_is_read_and_freed_with_the_client(
 ) -> None:
     odd = name + suffix
     assert await java.insert_or_take_over(odd, 600)
-    with LockClient(live_server.url, timeout=5) as client:
+    with LockClient(live_server.url, timeout=ANSWER) as client:
         info = await asyncio.to_thread(client.get, odd)
         assert (info.name, info.held, info.locked_by) == (odd, True, "java-host-1")
         runs = await asyncio.to_thread(client.history, odd)
@@ -67,7 +68,7 @@ async def test_a_java_made_name_is_read_and_freed_with_the_client(
 
 
 async def test_the_client_still_refuses_to_take_such_a_name(live_server: LiveServer) -> None:
-    with LockClient(live_server.url, timeout=5) as client:
+    with LockClient(live_server.url, timeout=ANSWER) as client:
         with pytest.raises(ValueError):
             client.acquire("billing/", "1m")
         with pytest.raises(InvalidRequest):
@@ -122,7 +123,7 @@ async def test_the_client_reads_a_name_of_dots(odd_table: tuple[JavaNode, httpx.
     java, _, app = odd_table
     await java.insert_or_take_over(dots, 600)
     transport = httpx.ASGITransport(app=app)
-    async with AsyncLockClient("http://schedlock.test", transport=transport, timeout=5) as client:
+    async with AsyncLockClient("http://schedlock.test", transport=transport, timeout=ANSWER) as client:
         assert (await client.get(dots)).name == dots
         assert (await client.history(dots)).items[0].name == dots
 

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
+from tests.support.patience import SETTLE
 from tests.support.servers import LiveServer, start_server, stop_server
 
 H2C = b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
@@ -265,7 +266,7 @@ def test_a_client_that_disconnects_mid_body_leaves_no_error_and_no_connection(
     conn.sendall(partial(lock))  # type: ignore[operator]
     time.sleep(0.1)  # the server has read it and is waiting for the rest
     conn.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + SETTLE
     # ESTABLISHED (01) or CLOSE_WAIT (08) on the server's side would be a connection it never closed.
     while any(state in ("01", "08") for state in server_side_states(server, client_port)):
         assert time.monotonic() < deadline, f"server kept the connection: {server_side_states(server, client_port)}"

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.patience import SETTLE
 from tests.support.servers import free_port
 
 BINARY = "/usr/sbin/pgbouncer"
@@ -53,7 +54,7 @@ pidfile = {self.dir}/pgbouncer.pid
             shutil.chown(self.dir, "postgres", "postgres")
             command = ["runuser", "-u", "postgres", "--", *command]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + SETTLE
         while not _listening(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"pgbouncer did not start: {self.log()}")

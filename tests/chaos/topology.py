@@ -92,7 +92,7 @@ class Topology:
                 self.start(index, wait=False)
             for server in self.servers:
                 assert server is not None
-                wait_for(server, timeout=60)
+                wait_for(server)
         except BaseException:
             self.destroy()
             raise
@@ -142,7 +142,7 @@ class Topology:
         server = spawn_server(command, self._env(index), self.ports[index])
         self.servers[index] = server
         if wait:
-            wait_for(server, timeout=60)
+            wait_for(server)
 
     def kill(self, index: int) -> None:
         server = self.servers[index]
@@ -183,7 +183,7 @@ class Topology:
                 self.start(index)
             else:
                 self.signal(index, signal.SIGCONT)
-                wait_for(server, timeout=60)
+                wait_for(server)
 
     def destroy(self) -> None:
         for index, server in enumerate(self.servers):

@@ -8,9 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-import schedlock._keepalive
+import schedlock._keepalive as keepalive
 from schedlock import AsyncLockClient, LockClient
 from tests.support.cli import Spawn, cli_env
+from tests.support.patience import ANSWER
 from tests.support.servers import LiveServer, free_port
 
 
@@ -27,20 +28,20 @@ def dead_url() -> str:
 
 @pytest.fixture
 def sync_client(url: str) -> Iterator[LockClient]:
-    with LockClient(url, timeout=5) as client:
+    with LockClient(url, timeout=ANSWER) as client:
         yield client
 
 
 @pytest.fixture
 async def async_client(url: str) -> AsyncIterator[AsyncLockClient]:
-    async with AsyncLockClient(url, timeout=5) as client:
+    async with AsyncLockClient(url, timeout=ANSWER) as client:
         yield client
 
 
 @pytest.fixture
 def fast_keep_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let keep-alive accept a 2s lock_at_most_for (extending every second), so tests need not wait minutes."""
-    monkeypatch.setattr(schedlock._keepalive, "MINIMUM_LOCK_AT_MOST_FOR", timedelta(seconds=1))
+    monkeypatch.setattr(keepalive, "MINIMUM_LOCK_AT_MOST_FOR", timedelta(seconds=1))
 
 
 @pytest.fixture

@@ -134,7 +134,9 @@ def test_a_worker_drops_an_expired_ticks_message_counts_and_logs_it() -> None:
     job.apply_async(expires=expires)  # not a tick's
     while datetime.now(UTC) <= expires:  # both messages wait in the queue until they expired
         time.sleep(0.05)
-    # The worker takes the root logger over (as `celery worker` does): listen on the adapter's own logger.
+    # The worker takes the root logger over (as `celery worker` does): listen on the adapter's own logger, and give
+    # the root logger its level back after (else every later test's WARNING records are dropped).
+    root_level = logging.getLogger().level
     logger, lines = logging.getLogger("schedlock.celery"), Lines()
     level = logger.level
     logger.addHandler(lines)
@@ -148,6 +150,7 @@ def test_a_worker_drops_an_expired_ticks_message_counts_and_logs_it() -> None:
     finally:
         logger.removeHandler(lines)
         logger.setLevel(level)
+        logging.getLogger().setLevel(root_level)
     assert ran == ["ran"]  # only the last message ran
     assert expired_messages() - before == 1
     assert len(lines.lines) == 1, lines.lines

@@ -131,7 +131,7 @@ def test_secrets_never_reach_logs_or_reprs(
         lease.extend()
         with pytest.raises(LockHeld):
             client.acquire(name, "1m")
-        shown = f"{lease!r} {lease._acquired!r} {client!r}"
+        shown = f"{lease!r} {vars(lease)!r} {client!r}"  # and what the lease keeps
     for secret in (lease.token, "api-secret-456"):
         assert secret not in caplog.text and secret not in shown
 

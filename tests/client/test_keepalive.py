@@ -94,7 +94,7 @@ async def test_a_stolen_lock_cancels_an_async_body(
         async with await async_client.acquire(name, "2s", keep_alive=True, on_lost=seen.append) as lease:
             await steal(db, settings.table, name)
             await asyncio.sleep(30)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 29  # cancelled, not slept out (however slow the machine)
     assert seen == [lost.value] and lease.state is LeaseState.LOST
     assert isinstance(lost.value.__cause__, NotHolder)
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

@@ -20,6 +20,7 @@ from app.errors import LockHeld, NotHolder, StorageUnavailable
 from app.locking.rows import Lease
 from app.settings import Settings
 from tests.support.java import JavaNode
+from tests.support.patience import SETTLE
 from tests.support.stores import own_store
 
 
@@ -386,7 +387,7 @@ async def test_a_row_java_holds_locked_stalls_only_its_own_caller(
                 stalled = asyncio.ensure_future(store.acquire(taken, AT_MOST, timedelta(0), "node"))
                 rest = [asyncio.ensure_future(store.acquire(o, AT_MOST, timedelta(0), "node")) for o in others[1:]]
                 # every other name is granted while Java's transaction is still open...
-                leases = await asyncio.wait_for(asyncio.gather(first, *rest), 5)
+                leases = await asyncio.wait_for(asyncio.gather(first, *rest), SETTLE)
                 assert [lease.row.name for lease in leases] == others
                 assert store.acquires.batches > 0
                 # ...and none of their rows is left locked: a direct update (another replica, Java) goes at once
@@ -398,7 +399,7 @@ async def test_a_row_java_holds_locked_stalls_only_its_own_caller(
                 assert not stalled.done()  # the taken name's caller waits for Java's row, alone
             finally:
                 await tx.commit()
-            refused = await asyncio.wait_for(asyncio.gather(stalled, return_exceptions=True), 10)
+            refused = await asyncio.wait_for(asyncio.gather(stalled, return_exceptions=True), SETTLE)
         assert isinstance(refused[0], LockHeld) and refused[0].details["locked_by"] == "java-host-7"
 
 
@@ -449,10 +450,10 @@ async def test_a_release_batch_never_waits_on_a_locked_row_whatever_the_plan(
             await conn.execute(f"SELECT FROM {store.table} WHERE name = $1 FOR UPDATE", names[6])
             pending = [asyncio.ensure_future(store.release(lease.row.name, lease.token)) for lease in leases]
             others = [p for i, p in enumerate(pending) if i != 6]
-            released = await asyncio.wait_for(asyncio.gather(*others), 5)
+            released = await asyncio.wait_for(asyncio.gather(*others), SETTLE)
             assert [row.name for row in released] == [n for i, n in enumerate(names) if i != 6]
             assert not pending[6].done()  # its caller waits for the row, alone
-        assert (await asyncio.wait_for(pending[6], 5)).name == names[6]
+        assert (await asyncio.wait_for(pending[6], SETTLE)).name == names[6]
         assert store.releases.batches > 0
 
 
@@ -493,7 +494,7 @@ async def test_a_lease_a_batch_granted_to_a_caller_gone_is_released(settings: Se
         stays = asyncio.ensure_future(store.acquire(f"{name}-stays", AT_MOST, timedelta(0), "stays"))
         await asyncio.gather(first, stays)
         assert store.acquires.batches == 1 and calls[0].cancelled()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + SETTLE
         while (row := await store.get(f"{name}-gone")).held and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         assert row.locked_by == "gone" and not row.held  # granted by the batch, then released for nobody

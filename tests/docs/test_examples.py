@@ -41,6 +41,7 @@ from app.auth.config import parse_config
 from app.settings import Settings
 from tests.support.api import seconds
 from tests.support.apps import migrated_table
+from tests.support.patience import SETTLE
 from tests.support.servers import LiveServer, free_port, start_server, stop_server
 
 ROOT = Path(__file__).parents[2]
@@ -215,10 +216,9 @@ def test_the_readme_curl_session_runs_as_pasted(docs_server: tuple[LiveServer, S
     assert not any("…" in line or "<" in line for line in commands), "a placeholder where a value should be"
     assert not any(re.search(r"\bjq\b", line) for line in commands), "jq is not installed by ./scripts/test"
     out = assert_runs(block, *docs_server, tmp_path)
-    decode = json.JSONDecoder().raw_decode
-    lease = json.loads(out.splitlines()[0])
-    listing, _ = decode(out, out.index('{"items":'))
-    released, _ = decode(out, out.rindex('{"name":"billing.nightly","released":true'))
+    # Pasted, the session reads an answer a line: each line is one JSON body (none run together).
+    lease, held, extended, lock, listing, released = (json.loads(line) for line in out.splitlines())
+    assert held["error"]["code"] == "lock_held" and extended["extended"] and lock["held"] and released["released"]
     assert "billing.nightly" in [item["name"] for item in listing["items"]]  # the list finds the lock taken above
     # The captured token released the lease; the at-least window given at acquisition still holds.
     assert seconds(lease["locked_at"], released["lock_until"]) == 5 * 60
@@ -276,7 +276,7 @@ def test_json_blocks_are_token_configurations_or_log_lines(docs_server: tuple[Li
     name = f"docs-{uuid.uuid4().hex[:8]}"
     for _ in range(2):  # the second answer is 409 lock_held, as in the example
         httpx.post(f"{server.url}/v1/locks/{name}/acquire", json={"lock_at_most_for": "1m"}, timeout=10)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + SETTLE
     logged: list[dict[str, Any]] = []
     while not logged and time.monotonic() < deadline:
         lines = [json.loads(line) for line in list(server.output) if line.startswith("{")]

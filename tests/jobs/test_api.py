@@ -17,6 +17,7 @@ from tests.support.api import acquire, ts
 from tests.support.apps import in_process
 from tests.support.java import JavaNode
 from tests.support.openapi import check
+from tests.support.patience import SETTLE
 from tests.support.tokens import Token, with_tokens
 
 #: Tests that wait for real ticks (the database's clock passing them) are system tests; the rest are fast.
@@ -42,7 +43,7 @@ async def get(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
 
 async def until(client: httpx.AsyncClient, name: str, moment: datetime) -> dict[str, Any]:
     """The job, read once the database's clock has reached ``moment``."""
-    deadline = time.monotonic() + 30.0
+    deadline = time.monotonic() + SETTLE
     while True:
         job = await get(client, name)
         if ts(job["db_time"]) >= moment or time.monotonic() > deadline:

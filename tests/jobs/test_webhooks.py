@@ -24,6 +24,7 @@ from app.jobs.webhooks import Notifier
 from app.settings import Settings
 from tests.support.api import acquire, release, ts
 from tests.support.apps import in_process
+from tests.support.patience import SETTLE
 from tests.support.webhooks import Receiver, receiver
 
 SECRET = "webhook-secret-" + "w" * 30
@@ -34,8 +35,27 @@ def events(got: Receiver) -> list[dict[str, Any]]:
         return [json.loads(body) for _, body, status in got.received if status == 204]
 
 
+#: The job's period, in seconds (see the test).
+PERIOD = 6
+
+
+async def db_time(client: Any) -> Any:
+    return ts((await client.get("/v1/jobs/nightly")).json()["db_time"])
+
+
+async def until_async(read: Any, reached: Any, what: str) -> None:
+    """Until ``await read()`` is ``reached`` (or, for a time, past it); the deadline only bounds a failure."""
+    deadline = time.monotonic() + SETTLE
+    while True:
+        value = await read()
+        if value == reached or (not isinstance(reached, str) and value >= reached):
+            return
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
 async def until(check: Any, what: str) -> None:
-    deadline = time.monotonic() + 40.0
+    deadline = time.monotonic() + SETTLE
     while not check():
         assert time.monotonic() < deadline, what
         await asyncio.sleep(0.1)
@@ -57,22 +77,18 @@ async def test_each_change_is_posted_once_signed_and_retried(database_url: str, 
             client = replicas[0][1]
             # A job's first state is recorded, not posted, so a check must see the job new before its first tick
             # is run (a tick due a few milliseconds after the PUT was once run first: "up" became its first state).
-            # PT2S ticks on the even seconds: register it just after one, its first tick ~2 s away.
+            # The schedule ticks every PERIOD seconds, on multiples of it: register it just after one, its first tick
+            # PERIOD away, so the checks (every 0.2 s idle, seconds apart at load 20) see it new, and the test runs
+            # that first tick, well before it is missed (PT2S was too short on a loaded machine: the first tick
+            # passed unrun before the test ran it, and "down" came twice).
             now = await db.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
-            await asyncio.sleep(2.0 - now % 2.0 + 0.02)
-            await client.put("/v1/jobs/nightly", json={"schedule": "PT2S", "grace": "1s"})
+            await asyncio.sleep(PERIOD - now % PERIOD + 0.02)
+            await client.put("/v1/jobs/nightly", json={"schedule": f"PT{PERIOD}S", "grace": f"{PERIOD // 2}s"})
+            first_tick = ts((await client.get("/v1/jobs/nightly")).json()["next_tick"])
             jobs_table = replicas[0][0].state.notifier.events.jobs_table
-            for _ in range(100):
-                if await db.fetchval(f"SELECT notified_state FROM {jobs_table} WHERE name = 'nightly'") == "new":
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("no check saw the job new")
-            moment = ts((await client.get("/v1/jobs/nightly")).json()["next_tick"])
-            for _ in range(200):
-                if ts((await client.get("/v1/jobs/nightly")).json()["db_time"]) >= moment:
-                    break
-                await asyncio.sleep(0.05)
+            notified = f"SELECT notified_state FROM {jobs_table} WHERE name = 'nightly'"
+            await until_async(lambda: db.fetchval(notified), "new", "no check saw the job new")
+            await until_async(lambda: db_time(client), first_tick, "the database's clock did not reach the tick")
             lease = (await acquire(client, "nightly", "1m")).json()
             await release(client, "nightly", lease["token"])
             # Every caller stops: the job goes down, and the receiver hears it once.
@@ -99,7 +115,7 @@ async def test_each_change_is_posted_once_signed_and_retried(database_url: str, 
             # Paused, it raises nothing, while ticks pass unrun; resumed, it is watched from then on (new).
             count = len(events(got))
             await client.post("/v1/jobs/nightly/pause")
-            await asyncio.sleep(3)
+            await asyncio.sleep(PERIOD + 1)  # a tick passes unrun
             assert len(events(got)) == count
             await client.post("/v1/jobs/nightly/resume")
             await until(lambda: len(events(got)) > count, "no event after the resume")

@@ -14,10 +14,11 @@ from fastapi import FastAPI
 
 from app.errors import LockHeld
 from app.locking.leases import hash_token, new_token
+from app.locking.outcomes import Refusals
 from app.locking.rows import LockRow, held
-from app.locking.store import LockStore
 from app.settings import Settings
 from tests.support.api import acquire, extend, release
+from tests.support.patience import SETTLE
 
 
 def acquire_args(name: str) -> tuple[Any, ...]:
@@ -62,7 +63,7 @@ async def test_a_refusal_does_not_wait_behind_a_writer_of_the_row(
     async with db.acquire() as conn, conn.transaction():
         # Another writer holds the row lock (as a release or a Java unlock does until it commits).
         await conn.execute(f"SELECT FROM {app.state.store.table} WHERE name = $1 FOR UPDATE", name)
-        refused = await asyncio.wait_for(acquire(client, name), timeout=5)
+        refused = await asyncio.wait_for(acquire(client, name), timeout=SETTLE)  # a wait would end in 503
         assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "lock_held"
 
@@ -89,7 +90,7 @@ async def test_an_acquire_racing_a_release_sees_the_committed_row(
             assert not pending.done()  # waiting for the writer's commit, not answering from its snapshot
         finally:
             await tx.commit()
-        refused = await asyncio.wait_for(pending, timeout=5)
+        refused = await asyncio.wait_for(pending, timeout=SETTLE)
     assert refused.status_code == 409
     assert refused.json()["error"]["locked_by"] == "java-host-9"
 
@@ -122,11 +123,10 @@ async def test_a_refusal_names_the_holder_of_the_moment(app: FastAPI, client: ht
 def test_each_refused_caller_raises_its_own_error() -> None:
     # One row, many callers: each gets its own exception (its own traceback), made from a kept one that is never
     # raised; the body is rendered once for them all.
-    store = LockStore.__new__(LockStore)
-    store._on_held, store._refusals = None, {}
+    refusals = Refusals()
     now = datetime(2026, 12, 4, 21, 0, tzinfo=UTC)
     row = LockRow("nightly", "host-a", now, now + timedelta(minutes=10), 7, now)
-    errors = [store._held("nightly", row) for _ in range(3)]
+    errors = [refusals.of("nightly", row) for _ in range(3)]
     assert len({id(e) for e in errors}) == 3
     for error in errors:
         assert type(error) is LockHeld
@@ -136,8 +136,8 @@ def test_each_refused_caller_raises_its_own_error() -> None:
     except LockHeld:
         pass
     assert errors[0].__traceback__ is not None and errors[1].__traceback__ is None
-    (kept,) = (refusal for _, refusal in store._refusals.values())
+    (kept,) = (refusal for _, refusal in refusals.kept.values())
     assert kept.__traceback__ is None and all(kept is not e for e in errors)
     assert errors[1].rendered() is errors[2].rendered() == orjson.dumps(held("nightly", row).body())
     other = LockRow("nightly", "host-b", now, now + timedelta(minutes=5), 8, now)
-    assert store._held("nightly", other).details["locked_by"] == "host-b"
+    assert refusals.of("nightly", other).details["locked_by"] == "host-b"

@@ -18,6 +18,7 @@ from tests.support.java import JavaNode
 from tests.support.logs import access, captured
 from tests.support.metrics import outcomes, scrape
 from tests.support.openapi import ACQUIRE, GET, LIST, RELEASE, check
+from tests.support.patience import SETTLE
 
 
 def key() -> str:
@@ -189,7 +190,7 @@ async def test_a_refusal_only_reads_and_answers_the_row_it_saw(
             "last_completed_at = timezone('utc', now()), last_completed_by = locked_by WHERE name = $1",
             name,
         )
-        r = await asyncio.wait_for(acquire(client, name, "10m", slot=slot), 1.0)  # no wait on the locked row
+        r = await asyncio.wait_for(acquire(client, name, "10m", slot=slot), SETTLE)  # a wait on the row: 503, not 409
         assert error(r)["code"] == "lock_held"
         assert error(r)["locked_by"] == lease["locked_by"]
         await tx.commit()

@@ -18,6 +18,7 @@ from app.settings import Settings
 from tests.support.api import acquire, release, ts
 from tests.support.apps import in_process
 from tests.support.metrics import Samples, scrape, value
+from tests.support.patience import SETTLE
 
 STATES = ("up", "late", "down", "paused", "new")
 
@@ -27,7 +28,7 @@ def state_of(samples: Samples, job: str) -> list[str]:
 
 
 async def scrape_until(client: httpx.AsyncClient, job: str, state: str) -> Samples:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + SETTLE
     while True:
         samples = await scrape(client)
         if state_of(samples, job) == [state] or time.monotonic() > deadline:

@@ -169,14 +169,14 @@ def test_redaction_leaves_ordinary_text_alone() -> None:
 def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    switches = (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
+    switches = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing)
     yield
     for handler in list(root.handlers):
         root.removeHandler(handler)
     for handler in handlers:
         root.addHandler(handler)
     root.setLevel(level)
-    logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing = switches
+    logging.logThreads, logging.logProcesses, logging.logMultiprocessing = switches
     logging.getLogger("uvicorn.access").disabled = False
 
 
@@ -356,7 +356,7 @@ def test_a_direct_line_is_stamped_with_the_time_it_is_written() -> None:
     seen = set()
     for _ in range(5):
         before = time.time()
-        stamp = logs._stamp_now()
+        stamp = logs.stamp_now()
         after = time.time()
         at = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
         assert int(before * 1000) / 1000 - 1e-6 <= at <= after + 1e-6, (before, stamp, after)

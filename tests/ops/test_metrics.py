@@ -128,6 +128,17 @@ async def test_held_locks_gauge_counts_the_table_and_is_cached(database_url: str
         assert value(second, "schedlock_locks_held") == 3
 
 
+async def test_the_event_loop_tasks_are_counted_at_each_scrape(client: httpx.AsyncClient) -> None:
+    # The soak (bench/soak.py) watches this gauge for a leak of tasks.
+    before = value(await scrape(client), "schedlock_event_loop_tasks")
+    gate = asyncio.Event()
+    waiting = [asyncio.create_task(gate.wait()) for _ in range(5)]
+    assert value(await scrape(client), "schedlock_event_loop_tasks") == before + 5
+    gate.set()
+    await asyncio.gather(*waiting)
+    assert value(await scrape(client), "schedlock_event_loop_tasks") == before
+
+
 async def test_metrics_still_answer_when_the_database_is_down() -> None:
     settings = Settings(database_url=SecretStr("postgresql://u:hunter2@127.0.0.1:1/nowhere"), db_connect_timeout=1.0)
     async with in_process(settings) as (_, client):

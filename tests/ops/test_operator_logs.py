@@ -21,6 +21,7 @@ from app.db.availability import Availability
 from app.settings import Settings
 from tests.support.apps import drop_schema, in_process, make_settings
 from tests.support.logs import captured, lines
+from tests.support.patience import SETTLE
 from tests.support.pgcluster import PgCluster, migrated_cluster
 from tests.support.servers import free_port, server_env, spawn_server, start_server, stop_server, wait_for
 
@@ -149,7 +150,7 @@ def test_a_served_process_logs_an_outage_as_state_changes(cluster: PgCluster) ->
             cluster.stop("immediate")
             statuses = [client.post(f"/v1/locks/down-{i}/acquire", json=acquire).status_code for i in range(30)]
             cluster.start()
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + SETTLE
             while client.post("/v1/locks/after/acquire", json=acquire).status_code != 200:
                 assert time.monotonic() < deadline, "did not recover"
                 time.sleep(0.2)

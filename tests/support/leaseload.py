@@ -3,8 +3,9 @@ fresh name, extends it, releases it, and again, recording every answer and every
 
 ``check_leases`` then asks the (new) primary whether it shows exactly what the clients were told: every granted
 lease in the run history with its holder, every acknowledged extend's ``lock_until``, every acknowledged release,
-and the lock row still carrying an unreleased lease's token. An operation answered 503 has an unknown outcome
-(the write may or may not have happened), so the checks after it are the ones that hold either way.
+and the lock row still carrying an unreleased lease's token. An operation answered 503, or not answered before the
+client gave up (status 0: on a loaded machine a server may not answer within the client's timeout), has an unknown
+outcome (the write may or may not have happened), so the checks after it are the ones that hold either way.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class Grant:
     granted_at: float
     extended_until: datetime | None = None  # the lock_until of the last acknowledged extend
     released: bool = False
-    unknown: bool = False  # an extend or release of it was answered 503: it may or may not have happened
+    #: An extend or release of it was answered 503, or not at all (the client gave up): it may or may not have happened.
+    unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class Answer:
     retry_after: str | None
     code: str | None
     message: str | None = None
+    name: str = ""  # the lock's
+    sent: float = 0.0  # when the request was sent (``at`` is when its answer, or the client's giving up, came)
 
 
 @dataclass
@@ -87,15 +91,26 @@ class LeaseLoad:
     async def _call(
         self, client: httpx.AsyncClient, route: str, operation: str, name: str, body: dict[str, str]
     ) -> httpx.Response | None:
+        sent = self.now()
         try:
             r = await client.post(f"/v1/locks/{name}/{operation}", json=body)
         except httpx.HTTPError:
-            self.answers.append(Answer(self.now(), route, operation, 0, None, None))
+            self.answers.append(Answer(self.now(), route, operation, 0, None, None, name=name, sent=sent))
             return None
         error = r.json().get("error", {}) if r.status_code != 200 else {}
         retry_after = r.headers.get("retry-after")
         self.answers.append(
-            Answer(self.now(), route, operation, r.status_code, retry_after, error.get("code"), error.get("message"))
+            Answer(
+                self.now(),
+                route,
+                operation,
+                r.status_code,
+                retry_after,
+                error.get("code"),
+                error.get("message"),
+                name=name,
+                sent=sent,
+            )
         )
         return r
 
@@ -111,12 +126,12 @@ class LeaseLoad:
                 r = await self._call(client, route, "extend", name, {"token": grant.token, **AT_MOST})
                 if r is not None and r.status_code == 200:
                     grant.extended_until = _parse(r.json()["lock_until"])
-                elif r is not None and r.status_code == 503:
+                elif r is None or r.status_code == 503:  # no answer in time, or 503: it may or may not have happened
                     grant.unknown = True
                 r = await self._call(client, route, "release", name, {"token": grant.token})
                 if r is not None and r.status_code == 200:
                     grant.released = True
-                elif r is not None and r.status_code == 503:
+                elif r is None or r.status_code == 503:
                     grant.unknown = True
             await asyncio.sleep(self.pause)
 

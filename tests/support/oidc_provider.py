@@ -21,7 +21,7 @@ import httpx
 from tests.support.polyglot import ROOT, build
 from tests.support.schedulers_js_go import go_env, go_tool
 
-SOURCE = ROOT / "tests" / "integrations" / "oidc"
+SOURCE = ROOT / "tests" / "system" / "integrations" / "oidc"
 
 
 def build_provider(out: Path) -> float:

@@ -25,10 +25,14 @@ from typing import Any
 
 import httpx
 
+from tests.support import patience
 from tests.support.faultproxy import FaultProxy
 from tests.support.patroni_config import SCOPE, haproxy_config, patroni_config
 from tests.support.servers import free_port
 
+#: A directory: when set, every cluster's logs (each Postgres logging its writes and connections) and the servers' are
+#: kept there, the evidence of a failure that cannot be re-run at will (docs/high-availability.md).
+EVIDENCE = "SCHEDLOCK_PATRONI_EVIDENCE"
 #: A write that waits for a synchronous standby like any commit, and leaves nothing in any table.
 PROBE = "SELECT pg_catalog.pg_logical_emit_message(true, 'schedlock-probe', '')"
 
@@ -99,7 +103,9 @@ class PatroniCluster:
             if node.process is None or node.process.poll() is not None:
                 continue
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                return list(httpx.get(f"http://127.0.0.1:{node.rest_port}/cluster", timeout=2).json()["members"])
+                return list(
+                    httpx.get(f"http://127.0.0.1:{node.rest_port}/cluster", timeout=patience.PROBE).json()["members"]
+                )
         return []
 
     def leader(self) -> str | None:
@@ -123,7 +129,7 @@ class PatroniCluster:
             return []
         others = [n.name for n in self.nodes if n.name != leader]
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            status = httpx.get(f"http://127.0.0.1:{self.node(leader).rest_port}/patroni", timeout=2).json()
+            status = httpx.get(f"http://127.0.0.1:{self.node(leader).rest_port}/patroni", timeout=patience.PROBE).json()
             replication = status.get("replication", [])
             streaming = {r.get("application_name") for r in replication if r.get("state") == "streaming"}
             return [name for name in others if name not in streaming]
@@ -150,7 +156,7 @@ class PatroniCluster:
 
     def recover(self, timeout: float = 60) -> str:
         """Healthy within ``timeout``, or else every member that does not stream from the leader is rebuilt from it
-        (``patronictl reinit``), as an operator would, and the cluster gets 90 s more. Returns the leader."""
+        (``patronictl reinit``), as an operator would, and the cluster gets START_UP more. Returns the leader."""
         try:
             return self.wait_healthy(timeout)
         except RuntimeError:
@@ -160,7 +166,7 @@ class PatroniCluster:
                 self.reinit(self.node(name))
             return self.wait_healthy()
 
-    def wait_healthy(self, timeout: float = 90) -> str:
+    def wait_healthy(self, timeout: float = patience.START_UP) -> str:
         try:
             poll(self.healthy, timeout, "a healthy Patroni cluster")
         except RuntimeError as exc:
@@ -224,7 +230,7 @@ class PatroniCluster:
             text=True,
             timeout=60,
         )
-        poll(lambda: self.leader() == candidate, 30, f"{candidate} to lead: {done.stdout}{done.stderr}")
+        poll(lambda: self.leader() == candidate, patience.START_UP, f"{candidate} to lead: {done.stdout}{done.stderr}")
         return candidate
 
     def pids(self) -> list[int]:
@@ -254,6 +260,10 @@ class PatroniCluster:
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(10)
+        keep = os.environ.get(EVIDENCE)
+        if keep:  # the logs only: Patroni's, Postgres's (patroni_config), etcd's and HAProxy's
+            ignored = shutil.ignore_patterns("data", "etcd", ".s.PGSQL*")
+            shutil.copytree(self.root, Path(keep) / self.root.name, ignore=ignored, dirs_exist_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -276,7 +286,7 @@ def patroni_cluster(*, synchronous: bool, size: int = 3) -> PatroniCluster:
             if os.geteuid() == 0:
                 shutil.chown(node_root, "postgres", "postgres")
         cluster.start_patroni(cluster.nodes[0])
-        poll(lambda: cluster.leader() is not None, 60, "the first node to bootstrap")
+        poll(lambda: cluster.leader() is not None, patience.START_UP, "the first node to bootstrap")
         for node in cluster.nodes[1:]:
             cluster.start_patroni(node)
         _start_haproxy(cluster)
@@ -307,10 +317,10 @@ def _start_etcd(cluster: PatroniCluster) -> None:
 
     def answers() -> bool:
         with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(f"{client}/health", timeout=1).status_code == 200
+            return httpx.get(f"{client}/health", timeout=patience.PROBE).status_code == 200
         return False
 
-    poll(answers, 30, "etcd")
+    poll(answers, patience.START_UP, "etcd")
 
 
 def _start_haproxy(cluster: PatroniCluster) -> None:

@@ -6,6 +6,7 @@ seconds, so a fault test stays short.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def patroni_config(
             "bin_dir": str(_bin_dir()),
             "pgpass": str(root / "pgpass"),
             "authentication": {"superuser": {"username": "postgres"}, "replication": {"username": "replicator"}},
-            "parameters": {"unix_socket_directories": str(root)},
+            "parameters": {"unix_socket_directories": str(root), **_evidence(root)},
             "pg_hba": trust,
         },
         "tags": {"nofailover": False, "noloadbalance": False, "clonefrom": False},
@@ -77,3 +78,19 @@ def haproxy_config(port: int, nodes: list[tuple[str, int, int]]) -> str:
         "  default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions\n"
         f"{servers}\n"
     )
+
+
+def _evidence(root: Path) -> dict[str, str]:
+    """With SCHEDLOCK_PATRONI_EVIDENCE set, each Postgres logs every write (with its parameters: the lock names),
+    connection and warning, stamped to the millisecond with its process and transaction, under ``root``/pglog."""
+    if not os.environ.get("SCHEDLOCK_PATRONI_EVIDENCE"):
+        return {}
+    return {
+        "logging_collector": "on",
+        "log_directory": str(root / "pglog"),
+        "log_filename": "postgresql-%H%M%S.log",
+        "log_line_prefix": "%m [%p] %a %c %x ",
+        "log_statement": "mod",
+        "log_connections": "on",
+        "log_disconnections": "on",
+    }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from tests.support.faultproxy import FaultProxy
+from tests.support.patience import START_UP
 from tests.support.pgcluster import PgCluster
 
 STANDBY_NAME = "standby1"
@@ -34,7 +35,7 @@ class ReplicatedPair:
         hosts = f"127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}"
         return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
 
-    def wait_replicated(self, timeout: float = 30) -> None:
+    def wait_replicated(self, timeout: float = START_UP) -> None:
         """Until the standby has replayed everything the primary has written so far."""
 
         async def caught_up() -> bool:
@@ -71,11 +72,11 @@ def replicated_pair(*, synchronous: bool) -> ReplicatedPair:
     try:
         standby.basebackup(primary, STANDBY_NAME, stream_port=pair.link.port)
         standby.start(synchronous_commit="on", hot_standby="on")
-        _poll(lambda: _replication_state(primary) is not None, 30, "the standby to stream")
+        _poll(lambda: _replication_state(primary) is not None, START_UP, "the standby to stream")
         if synchronous:
             asyncio.run(_execute(primary, f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'"))
             asyncio.run(_execute(primary, "SELECT pg_reload_conf()"))
-            _poll(lambda: _replication_state(primary) == "sync", 30, "the standby to become synchronous")
+            _poll(lambda: _replication_state(primary) == "sync", START_UP, "the standby to become synchronous")
     except BaseException:
         pair.destroy()
         raise

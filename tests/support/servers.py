@@ -14,6 +14,7 @@ import httpx
 
 from app.settings import Settings
 from bench.target import free_port as free_port  # the suite's servers listen where the benchmark's do
+from tests.support.patience import PROBE, START_UP
 
 
 @dataclass
@@ -50,14 +51,16 @@ def spawn_server(command: list[str], env: dict[str, str], port: int) -> LiveServ
     return server
 
 
-def wait_for(server: LiveServer, path: str = "/readyz", timeout: float = 30) -> None:
-    """Wait until ``path`` answers 200; on failure stop the server and raise with what it printed."""
+def wait_for(server: LiveServer, path: str = "/readyz", timeout: float = START_UP) -> None:
+    """Wait until ``path`` answers 200; on failure stop the server and raise with what it printed. ``timeout``
+    bounds a failure only (tests/support/patience.py): a loaded machine's start-up may take many times an idle
+    one's."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"server exited: {stop_server(server)}")
         try:
-            if httpx.get(f"{server.url}{path}", timeout=1).status_code == 200:
+            if httpx.get(f"{server.url}{path}", timeout=PROBE).status_code == 200:
                 return
         except httpx.TransportError:
             pass

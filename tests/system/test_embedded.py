@@ -67,7 +67,7 @@ def _serve(data_dir: Path, port: int, workers: int = 1) -> LiveServer:
     env["SCHEDLOCK_EMBEDDED_DATA_DIR"] = str(data_dir)
     command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", str(workers)]
     server = spawn_server(command, env, port)
-    wait_for(server, timeout=60)
+    wait_for(server)
     return server
 
 

@@ -22,7 +22,11 @@ import pytest
 from app.settings import Settings
 from tests.support.api import ts
 from tests.support.faketime import libfaketime
+from tests.support.patience import ANSWER
 from tests.support.servers import LiveServer, start_server, stop_server
+
+#: No connection kept alive between requests.
+ONE_SHOT = httpx.Limits(max_keepalive_connections=0)
 
 
 @dataclass
@@ -82,8 +86,10 @@ async def fail_first(tick: Tick, a: httpx.AsyncClient, b: httpx.AsyncClient, rng
 async def test_two_nodes_firing_up_to_2s_apart_run_each_tick_once(nodes: Nodes) -> None:
     rng = random.Random(14)
     async with (
-        httpx.AsyncClient(base_url=nodes.honest.url, timeout=10) as a,
-        httpx.AsyncClient(base_url=nodes.skewed.url, timeout=10) as b,
+        # A connection per request: a kept-alive one idle past the server's keep-alive timeout (the sleeps here, longer
+        # at load) may be closed by the server just as it is reused (httpx.ReadError, seen beside two CPU hogs).
+        httpx.AsyncClient(base_url=nodes.honest.url, timeout=ANSWER, limits=ONE_SHOT) as a,
+        httpx.AsyncClient(base_url=nodes.skewed.url, timeout=ANSWER, limits=ONE_SHOT) as b,
     ):
 
         async def job(number: int) -> list[Tick]:
@@ -118,7 +124,10 @@ async def test_two_nodes_firing_up_to_2s_apart_run_each_tick_once(nodes: Nodes) 
         assert len(tick.runs) == 1, tick  # exactly one completed run per tick
         if tick.kind != "ok":
             assert tick.runs == ["b"], tick  # the failed or dead run left the tick to the other node
-    assert answers["slot_done"] >= 40  # the later trigger of an "ok" tick found it done, however late it came
+    # The later trigger of an "ok" tick is refused, once: the tick done (slot_done, however late it came), or still
+    # running (lock_held). Which depends on the machine's speed (this test asked for 40 or more of the first; at
+    # load 20 there were 27 of 64): both are right, and the first must happen.
+    assert answers["slot_done"] + answers["lock_held"] == kinds["ok"] and answers["slot_done"] >= 1
 
 
 def minute(value: datetime) -> str:
@@ -130,46 +139,63 @@ async def test_the_schedule_slot_is_the_databases_tick_at_a_minute_boundary(
 ) -> None:
     grace = settings.slot_early_grace
     async with (
-        httpx.AsyncClient(base_url=nodes.honest.url, timeout=10) as honest,
-        httpx.AsyncClient(base_url=nodes.skewed.url, timeout=10) as skewed,
+        httpx.AsyncClient(base_url=nodes.honest.url, timeout=ANSWER) as honest,
+        httpx.AsyncClient(base_url=nodes.skewed.url, timeout=ANSWER) as skewed,
     ):
         probe = await skewed.get("/healthz")
         ahead = parsedate_to_datetime(probe.headers["date"]).timestamp() - time.time()
         assert 3500 < ahead < 3700, ahead  # the skewed server really lives an hour ahead
 
-        # Wait until the database's clock is 2 s before a minute's end.
-        now = (await db.fetchval("SELECT now()")).astimezone(UTC)
-        boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
-        if boundary - now < timedelta(seconds=2.5):
-            boundary += timedelta(minutes=1)
-        await asyncio.sleep((boundary - now - timedelta(seconds=2)).total_seconds())
-
         seen: list[tuple[str, str, datetime, datetime, datetime]] = []
         tag = uuid.uuid4().hex[:6]
         body = {"lock_at_most_for": "1m", "lock_at_least_for": 0, "schedule": "* * * * *"}
 
-        async def sweep() -> None:
-            for i in range(40):  # every 100 ms for 4 s, alternating servers, a fresh name each time
+        one_at_a_time = asyncio.Lock()  # the sweep and the pair share the one connection
+
+        async def db_now() -> datetime:
+            async with one_at_a_time:
+                now: datetime = (await db.fetchval("SELECT now()")).astimezone(UTC)
+            return now
+
+        async def until(moment: datetime) -> None:
+            """Until the database's clock reaches ``moment`` (not a sleep of this process's: it races that clock)."""
+            while await db_now() < moment:  # noqa: ASYNC110 (the database's clock sends no event)
+                await asyncio.sleep(0.02)
+
+        async def sweep(boundary: datetime) -> None:
+            for i in range(40):  # every 100 ms for 4 s or more, alternating servers, a fresh name each time
                 client, which = (honest, "honest") if i % 2 else (skewed, "skewed")
-                before = (await db.fetchval("SELECT now()")).astimezone(UTC)
-                r = await client.post(f"/v1/locks/boundary-{tag}-{i}/acquire", json=body)
-                after = (await db.fetchval("SELECT now()")).astimezone(UTC)
+                before = await db_now()
+                r = await client.post(f"/v1/locks/boundary-{tag}-{boundary.minute}-{i}/acquire", json=body)
+                after = await db_now()
                 assert r.status_code == 200, r.text
                 lease = r.json()
                 seen.append((which, lease["slot"], ts(lease["db_time"]), before, after))
                 await asyncio.sleep(0.1)
 
-        async def pair() -> tuple[httpx.Response, httpx.Response]:
+        async def pair(boundary: datetime) -> tuple[httpx.Response, httpx.Response]:
             """A node 0.7 s early by the database's clock, then one 0.8 s late: one tick, one run."""
-            name = f"boundary-pair-{tag}"
-            await asyncio.sleep(1.3)
+            name = f"boundary-pair-{tag}-{boundary.minute}"
+            await until(boundary - timedelta(seconds=0.7))
             early = await skewed.post(f"/v1/locks/{name}/acquire", json=body)
             assert early.status_code == 200, early.text
             await skewed.post(f"/v1/locks/{name}/release", json={"token": early.json()["token"]})
-            await asyncio.sleep(1.5)
+            await until(boundary + timedelta(seconds=0.8))
             return early, await honest.post(f"/v1/locks/{name}/acquire", json=body)
 
-        _, (early, late) = await asyncio.gather(sweep(), pair())
+        # Start 2 s before a minute's end by the database's clock. On a loaded machine a request may take longer than
+        # the margins: when the sweep's first acquire or the early one ran only after the boundary, the scene was
+        # not set (nothing was wrong) and it is played again at the next minute.
+        for _ in range(3):
+            now = await db_now()
+            boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+            if boundary - now < timedelta(seconds=2.5):
+                boundary += timedelta(minutes=1)
+            await until(boundary - timedelta(seconds=2))
+            seen.clear()
+            _, (early, late) = await asyncio.gather(sweep(boundary), pair(boundary))
+            if seen[0][2] < boundary and ts(early.json()["db_time"]) < boundary:
+                break
 
     for which, slot, at, before, after in seen:
         # The slot is the tick of the statement's own now (its db_time), which lies between the two SELECT now().

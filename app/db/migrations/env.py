@@ -20,6 +20,10 @@ def _run(connection: Connection) -> None:
     problem = encoding_problem(str(connection.exec_driver_sql("SHOW server_encoding").scalar()))
     if problem is not None and context.config.attributes.get("require_utf8", True):
         raise UnsuitableDatabase(f"not migrating: {problem}")
+    # Alembic begins (and owns) a transaction per migration only on a connection outside one when configured, and
+    # again when the migrations start: a step that cannot run in a transaction (0007's concurrent index build)
+    # needs that, for its autocommit block. So the transactions these reads begin are ended first.
+    connection.commit()
     context.configure(
         connection=connection,
         version_table=version_table_for(settings),
@@ -28,6 +32,7 @@ def _run(connection: Connection) -> None:
     )
     existed = inspect(connection).has_table(settings.table_name, schema=settings.table_schema)
     before = context.get_context().get_current_revision()
+    connection.commit()
     with context.begin_transaction():
         context.run_migrations(settings=settings)
     # What `schedlock-server migrate` reports (app.db.migrate.upgrade).

@@ -14,12 +14,12 @@ from datetime import timedelta
 #: What a caller may pass wherever a duration is expected.
 DurationLike = timedelta | str | int
 
-_SHORT = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)?", re.IGNORECASE | re.ASCII)
-_ISO = re.compile(
+SHORT = re.compile(r"([0-9]{1,15})(ms|s|m|h|d)?", re.IGNORECASE | re.ASCII)
+ISO = re.compile(
     r"P(?:([0-9]{1,9})D)?(?:T(?:([0-9]{1,9})H)?(?:([0-9]{1,12})M)?(?:([0-9]{1,15})(?:[.,]([0-9]{1,9}))?S)?)?",
     re.IGNORECASE | re.ASCII,
 )
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 # The server's sanity ceiling (its configured maximum, 7 days by default, is checked by the server alone).
 _CEILING = timedelta(days=100_000)
 
@@ -51,10 +51,10 @@ def format_duration(value: timedelta) -> str:
 
 
 def _parse_text(text: str, what: str) -> timedelta:
-    short = _SHORT.fullmatch(text)
+    short = SHORT.fullmatch(text)
     if short:
-        return _from_ms(int(short.group(1)) * _UNIT_MS[(short.group(2) or "ms").lower()], what)
-    iso = _ISO.fullmatch(text)
+        return _from_ms(int(short.group(1)) * UNIT_MS[(short.group(2) or "ms").lower()], what)
+    iso = ISO.fullmatch(text)
     if iso and text.upper() not in {"P", "PT"} and not text.upper().endswith("T"):
         days, hours, minutes, seconds, fraction = iso.groups()
         try:

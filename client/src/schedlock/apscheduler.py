@@ -13,6 +13,8 @@ another API) is not supported. Install with ``pip install 'schedlock[apscheduler
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from concurrent.futures import Future
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -25,10 +27,16 @@ from schedlock._sync import LockClient
 
 require(__name__, "apscheduler", "apscheduler", major=3)
 
-from apscheduler.events import EVENT_JOB_EXECUTED, JobExecutionEvent  # noqa: E402
+from apscheduler.events import (  # noqa: E402
+    EVENT_JOB_EXECUTED,
+    EVENT_JOB_SUBMITTED,
+    JobExecutionEvent,
+    JobSubmissionEvent,
+)
 from apscheduler.executors.base import run_job  # noqa: E402
 from apscheduler.executors.pool import ThreadPoolExecutor  # noqa: E402
 from apscheduler.job import Job  # noqa: E402
+from apscheduler.schedulers.base import BaseScheduler  # noqa: E402
 
 __all__ = ["SchedlockExecutor", "scheduled_run_time"]
 
@@ -73,8 +81,38 @@ class SchedlockExecutor(ThreadPoolExecutor):  # type: ignore[misc]  # APSchedule
         self.keep_alive = keep_alive
         self.holder = holder
         self.on_unavailable = on_unavailable
+        self._listened: BaseScheduler | None = None
+        self._submissions: dict[str, deque[tuple[Job, list[datetime]]]] = {}
+        self._submissions_lock = threading.Lock()
+
+    # APScheduler hands an executor a job without the alias of the job store it came from, which the events of its
+    # runs carry (``run_job`` takes it); the scheduler names it in the EVENT_JOB_SUBMITTED it dispatches, from the
+    # same thread, once ``submit_job`` has returned. So a submitted run waits here until that event, and starts then.
+
+    def start(self, scheduler: BaseScheduler, alias: str) -> None:
+        super().start(scheduler, alias)
+        self._listened = scheduler
+        scheduler.add_listener(self._submitted, EVENT_JOB_SUBMITTED)
+
+    def shutdown(self, wait: bool = True) -> None:
+        if self._listened is not None:
+            self._listened.remove_listener(self._submitted)
+            self._listened = None
+        super().shutdown(wait)
 
     def _do_submit_job(self, job: Job, run_times: list[datetime]) -> None:
+        with self._submissions_lock:
+            self._submissions.setdefault(job.id, deque()).append((job, run_times))
+
+    def _submitted(self, event: JobSubmissionEvent) -> None:
+        with self._submissions_lock:
+            waiting = self._submissions.get(event.job_id)
+            if not waiting or waiting[0][1] != event.scheduled_run_times:
+                return  # a job of another executor
+            job, run_times = waiting.popleft()
+            if not waiting:
+                del self._submissions[event.job_id]
+
         def callback(future: Future[list[JobExecutionEvent]]) -> None:
             error = future.exception()
             if error is not None:
@@ -82,10 +120,10 @@ class SchedlockExecutor(ThreadPoolExecutor):  # type: ignore[misc]  # APSchedule
             else:
                 self._run_job_success(job.id, future.result())
 
-        submitted = self._pool.submit(self._run_locked, job, run_times, self._logger.name)
+        submitted = self._pool.submit(self._run_locked, job, event.jobstore, run_times, self._logger.name)
         submitted.add_done_callback(callback)
 
-    def _run_locked(self, job: Job, run_times: list[datetime], logger_name: str) -> list[JobExecutionEvent]:
+    def _run_locked(self, job: Job, store: str, run_times: list[datetime], logger_name: str) -> list[JobExecutionEvent]:
         """APScheduler's own ``run_job`` for each run time whose slot this scheduler took (or fail-open ran)."""
         events: list[JobExecutionEvent] = []
         for run_time in run_times:
@@ -104,10 +142,10 @@ class SchedlockExecutor(ThreadPoolExecutor):  # type: ignore[misc]  # APSchedule
             context = _run_time.set(run_time)
             try:
                 if decision.lease is None:  # fail-open
-                    events += run_job(job, _store_of(job), [run_time], logger_name)
+                    events += run_job(job, store, [run_time], logger_name)
                     continue
                 with decision.lease:  # so assert_locked() holds in the job; the release says whether it completed
-                    ran = run_job(job, _store_of(job), [run_time], logger_name)
+                    ran = run_job(job, store, [run_time], logger_name)
                     events += ran
                     if not all(event.code == EVENT_JOB_EXECUTED for event in ran):
                         raise _NotCompleted  # raised or missed: the tick stays open for another scheduler
@@ -116,11 +154,3 @@ class SchedlockExecutor(ThreadPoolExecutor):  # type: ignore[misc]  # APSchedule
             finally:
                 _run_time.reset(context)
         return events
-
-
-def _store_of(job: Job) -> str:
-    """The alias of the job store ``job`` came from, for the events ``run_job`` makes. APScheduler 3 keeps it only
-    in a private attribute (its own executors read it there too) and has no public accessor: the one private member
-    of a dependency the project reads, in a scheduler adapter bounded to APScheduler's major version 3."""
-    alias: str = job._jobstore_alias  # noqa: SLF001
-    return alias

@@ -9,7 +9,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import schedlock._keepalive
+import schedlock._keepalive as keepalive
 
 #: This node's name, written with each record line.
 NODE = os.environ.get("NODE_NAME", "node")
@@ -25,7 +25,7 @@ ON_UNAVAILABLE = os.environ.get("NODE_ON_UNAVAILABLE", "fail-closed")
 KEEP_ALIVE = os.environ.get("NODE_KEEP_ALIVE") == "1"
 
 # Keep-alive with a lock of seconds, so that the tests need not wait minutes (tests/client/conftest.py does the same).
-schedlock._keepalive.MINIMUM_LOCK_AT_MOST_FOR = timedelta(seconds=1)
+keepalive.MINIMUM_LOCK_AT_MOST_FOR = timedelta(seconds=1)
 
 
 def setup_logging() -> None:

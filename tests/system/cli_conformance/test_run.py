@@ -63,6 +63,24 @@ def test_a_done_tick_is_skipped_and_a_failed_one_left_open(cli: Cli, url: str, n
     assert f"slot 2026-12-05 of '{name}' was completed at " in again.stderr
 
 
+def test_a_late_trigger_of_an_older_tick_is_skipped_as_stale(cli: Cli, url: str, name: str) -> None:
+    """Ticks only move forward (docs/slots.md): once a tick time completed, an older one is skipped as a done tick is
+    (the held exit code, nothing printed without -v), and -v says it is stale and which tick completed when."""
+    newer, older = "2026-11-30T04:00:00.000Z", "2026-11-30T03:00:00.000Z"
+    ran = run(cli, url, name, "echo", "ran", options=("--slot", newer))
+    assert (ran.returncode, ran.stdout) == (0, "ran\n"), ran.stderr
+    quiet = run(cli, url, name, "echo", "ran", options=("--slot", older))
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    loud = run(cli, url, name, "echo", "ran", options=("--slot", older, "-v", "--held-exit-code", "4"))
+    assert (loud.returncode, loud.stdout) == (4, "")
+    status = json.loads(cli(url, "status", name, "--json").stdout)
+    assert status["last_completed_slot"] == newer  # the late trigger moved nothing back
+    assert loud.stderr == (
+        f"schedlock: slot {older} of '{name}' is stale: older than its last completed slot {newer} "
+        f"(completed at {status['last_completed_at']}); not running echo\n"
+    )
+
+
 def test_once_per_runs_a_tick_once_and_registers_its_name_as_a_job(cli: Cli, url: str, name: str) -> None:
     yearly = ("--once-per", "0 0 1 1 *", "--timezone", "Europe/Berlin")  # the same tick all year
     first = run(cli, url, name, "sh", "-c", 'echo "$SCHEDLOCK_SLOT"', options=yearly)

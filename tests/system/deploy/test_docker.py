@@ -328,7 +328,7 @@ def test_migrates_and_serves_on_a_read_only_root_filesystem(installed: Path, dat
     )
     process = server.process
     try:
-        wait_for(server, timeout=60)
+        wait_for(server)
         assert process.poll() is None, "".join(server.output)
         lease = httpx.post(f"{server.url}/v1/locks/ro-job/acquire", json={"lock_at_most_for": "1m"})
         assert lease.status_code == 200, lease.text

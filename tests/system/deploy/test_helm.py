@@ -441,7 +441,7 @@ def test_workload_identity_trusts_the_clusters_issuer_with_the_servers_own_token
 
 
 def test_the_workload_identity_values_of_docs_deploy_md_render() -> None:
-    text = (Path(__file__).parent.parent / "docs" / "deploy.md").read_text()
+    text = (Path(__file__).parents[3] / "docs" / "deploy.md").read_text()
     (block,) = re.findall(r"^```yaml\n(# values-identity.yaml.*?)^```$", text, re.M | re.S)
     objects = render({**values("default"), **yaml.safe_load(block)})
     parsed = parse_config(one(objects, "ConfigMap", FULLNAME)["data"]["SCHEDLOCK_TOKENS"], "docs/deploy.md")

@@ -23,8 +23,10 @@ import os
 import signal
 import socket
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -32,8 +34,8 @@ from pydantic import SecretStr
 from app.db import migrate
 from app.settings import Settings
 from tests.support.docs import page_block
-from tests.support.leaseload import LeaseLoad, check_leases
-from tests.support.patroni import PatroniCluster, alive, patroni_cluster, poll
+from tests.support.leaseload import Grant, LeaseLoad, check_leases
+from tests.support.patroni import EVIDENCE, PatroniCluster, alive, patroni_cluster, poll
 from tests.support.servers import LiveServer, start_server, stop_server
 
 MODES = os.environ.get("SCHEDLOCK_PATRONI_MODES", "synchronous").split(",")
@@ -82,10 +84,42 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
             outputs = [stop_server(server) for _, server in servers]
         finally:
             destroy_and_check(cluster)
+    keep = os.environ.get(EVIDENCE)
+    if keep:  # each server's log beside the cluster's (tests/support/patroni.py)
+        for (route, server), output in zip(servers, outputs, strict=True):
+            (Path(keep) / f"{cluster.root.name}-server-{route}-{server.url.rsplit(':', 1)[1]}.log").write_text(output)
     for output in outputs:
         assert "Traceback" not in output, output
         records = [json.loads(line) for line in output.split("\n") if line.strip().startswith("{")]
         assert not [r for r in records if r["level"] in ("error", "critical")], output
+
+
+def trace_losses(cluster: PatroniCluster, load: LeaseLoad, grants: list[Grant]) -> str:
+    """For each lease the new leader lacks something of: every answer about it (sent, answered, route, status) and
+    its run and lock rows on each node (a replica reads too), so a loss shows where the write went."""
+    names = [g.name for g in grants]
+    lines = []
+    for grant in grants:
+        told = [
+            (round(a.sent, 2), round(a.at, 2), a.route, a.operation, a.status)
+            for a in load.answers
+            if a.name == grant.name
+        ]
+        lines.append(f"{grant.name} token {grant.fencing_token}: {told}")
+    for node in cluster.nodes:
+        done = subprocess.run(
+            [
+                *("psql", "-X", "-At", "-d", node.url, "-c"),
+                "SELECT r.name, r.fencing_token, r.outcome, r.lock_until, l.lock_until, pg_is_in_recovery() FROM "
+                f"shedlock_runs r LEFT JOIN shedlock l USING (name) WHERE r.name IN ({', '.join(map(repr, names))})",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "PGCONNECT_TIMEOUT": "5"},
+        )
+        lines.append(f"--- {node.name}: {done.stdout.strip() or done.stderr.strip()}")
+    return "\n".join(["the leases lost, and where they are:", *lines])
 
 
 def destroy_and_check(cluster: PatroniCluster) -> None:
@@ -157,7 +191,8 @@ async def wait_for_recovery(load: LeaseLoad, cluster: PatroniCluster, since: flo
     except AssertionError as missed:
         if await asyncio.to_thread(cluster.takes_writes):
             raise
-        print(f"\n{missed}; the database itself takes no writes: {cluster.members()}\n{cluster.logs()}")
+        members = await asyncio.to_thread(cluster.members)  # not in the loop: the load runs on it
+        print(f"\n{missed}; the database itself takes no writes: {members}\n{cluster.logs()}")
         await asyncio.to_thread(cluster.recover, 0)
         print(f"rebuilt; the cluster is healthy at {load.now():.1f} s")
         return await load.wait_for_grant(load.now(), RECOVERY_BOUND, route)
@@ -196,17 +231,22 @@ async def test_failover_under_load(deployment: Deployment, fault: str) -> None:
     mode = "synchronous" if cluster.synchronous else "asynchronous"
     # Asynchronous mode may lose leases: their extend or release then finds nothing (404) or another's (409).
     lost_lease_answers = (404, 409) if not cluster.synchronous else ()
+    # No answer within the client's timeout (status 0, a loaded machine) is an outcome like a 503: unknown, and
+    # counted so (LeaseLoad marks the lease's state unknown), never a wrong answer.
     unexpected = [
         a
         for a in load.answers
-        if a.status not in (200, 503) and not (a.operation != "acquire" and a.status in lost_lease_answers)
+        if a.status not in (0, 200, 503) and not (a.operation != "acquire" and a.status in lost_lease_answers)
     ]
+    unanswered = Counter(a.operation for a in load.answers if a.status == 0)
     not_retryable = [
         a for a in load.answers if a.status == 503 and (a.retry_after != "1" or a.code != "storage_unavailable")
     ]
     before = [g for g in load.grants if g.granted_at < fault_at]
     after = [g for g in load.grants if g.granted_at >= recovered_at]
     lost = await check_leases(cluster.url, "shedlock", load.grants)
+    if lost:  # what would tell where each went: its answers, and its rows on every node that answers
+        print(await asyncio.to_thread(trace_losses, cluster, load, [g for g, _ in lost]))
     tokens = [g.fencing_token for g in load.grants]
     rising = bool(before and after) and min(g.fencing_token for g in after) > max(g.fencing_token for g in before)
     print(
@@ -216,7 +256,8 @@ async def test_failover_under_load(deployment: Deployment, fault: str) -> None:
         f"{dict(load.between(fault_at, recovered_at))}; lost {len(lost)} "
         f"({dict((op, sum(1 for _, o in lost if o == op)) for op in ('acquire', 'extend', 'release'))}); "
         f"fencing tokens rose across the switch: {rising}, handed out twice: {len(tokens) - len(set(tokens))}; "
-        f"extends/releases finding their lease gone: {sum(1 for a in load.answers if a.status in (404, 409))}"
+        f"extends/releases finding their lease gone: {sum(1 for a in load.answers if a.status in (404, 409))}; "
+        f"not answered within the client's timeout: {dict(unanswered)}"
     )
     assert not unexpected, unexpected[:10]
     assert not not_retryable, not_retryable[:10]

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, JobExecutionEvent
+from apscheduler.jobstores.memory import MemoryJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
+
 from schedlock import LockClient
+from schedlock.apscheduler import SchedlockExecutor
 from tests.support.schedulers import by_tick, in_order, nodes
 from tests.support.servers import LiveServer, free_port
 
@@ -92,3 +98,29 @@ def stale_tick(log: str) -> str:
     """The first tick a node skipped as stale, from schedlock.client's INFO line."""
     line = next(line for line in log.splitlines() if "is stale" in line)
     return line.split(" slot ", 1)[1].split()[0]
+
+
+def test_the_events_of_a_run_name_the_job_store_it_came_from(live_server: LiveServer, name: str) -> None:
+    """APScheduler's events carry the alias of the job's store; the executor learns it from the scheduler's
+    EVENT_JOB_SUBMITTED (public), not from a private attribute of the job."""
+    seen: list[JobExecutionEvent] = []
+    done = threading.Event()
+
+    def executed(event: JobExecutionEvent) -> None:
+        seen.append(event)
+        done.set()
+
+    with LockClient(live_server.url) as client:
+        scheduler = BackgroundScheduler(
+            executors={"default": SchedlockExecutor(client, "1m")},
+            jobstores={"default": MemoryJobStore(), "second": MemoryJobStore()},
+            timezone=UTC,
+        )
+        scheduler.add_listener(executed, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED)
+        scheduler.start()
+        try:
+            scheduler.add_job(lambda: None, "date", run_date=datetime.now(UTC), id=name, jobstore="second")
+            assert done.wait(timeout=60), "the job never ran"
+        finally:
+            scheduler.shutdown()
+    assert [(e.code, e.job_id, e.jobstore) for e in seen] == [(EVENT_JOB_EXECUTED, name, "second")]
