@@ -169,7 +169,9 @@ def create_app(
     app.state.known_revisions = known_revisions()
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
     install_error_handlers(app)
-    app.include_router(locks.router)
+    # The lock routes on the app's own router, first: matched before any other, without the walk into an included
+    # router (which FastAPI matches twice per request). The API document lists them first all the same.
+    app.router.routes[:0] = locks.router.routes
     app.include_router(runs.router)
     app.include_router(admin.router)
     app.include_router(jobs.router)

@@ -6,6 +6,8 @@ handler binds the endpoints of the API's simple shape itself: path parameters, a
 otherwise), and so do the lock operations: FastAPI's generic handling (dependency resolution, exit stacks, a
 second parse of the same body) cost more CPU than the lock statement (docs/performance.md). The routes stay
 FastAPI routes, declared once: the API document and /docs come from them unchanged, and the router matches them.
+A bound route serves its requests itself (``JsonBodyRoute.handle``, Starlette's public route method), without
+FastAPI's request/response wrapper, whose exit stacks and exception wrapper a bound endpoint does not use.
 
 The handler does, in FastAPI's order: authenticate (``app.api.deps.authenticate``, 401 before anything else); read
 the body once; refuse a body not declared JSON (415) or not JSON (422 ``json_invalid``); validate the path
@@ -33,8 +35,9 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
-from app.api.deps import authenticate, services_of
+from app.api.deps import Services, authenticate
 from app.api.errors import known_error_response
 from app.auth.authenticator import Principal
 from app.errors import UnsupportedMediaType
@@ -62,6 +65,8 @@ class JsonBodyRoute(APIRoute):
     """An APIRoute whose endpoint, if it has the simple shape (see the module), is bound by ``Binding``; any other
     endpoint (query parameters, other dependencies) is FastAPI's to bind, and must not take a body."""
 
+    binding: Binding | None = None
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         hints = typing.get_type_hints(self.endpoint, include_extras=True)
         hints.pop("return", None)
@@ -69,7 +74,19 @@ class JsonBodyRoute(APIRoute):
         if set(hints) - _BOUND - paths or "principal" not in hints:
             assert self.body_field is None, f"{self.endpoint.__name__}: a body is read by Binding only"
             return super().get_route_handler()
-        return Binding(self.endpoint, hints, paths).handle
+        self.binding = Binding(self.endpoint, hints, paths)
+        return self.binding.handle
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A bound endpoint is served here, as an ASGI app: FastAPI's request/response wrapper (a ``Request``, two
+        exit stacks, an exception wrapper) adds nothing to what ``Binding`` does, and an error it does not answer
+        goes to the app's error layers all the same. A method the route does not take is FastAPI's to refuse."""
+        binding = self.binding
+        if binding is None or (self.methods is not None and scope["method"] not in self.methods):
+            await super().handle(scope, receive, send)
+            return
+        response = await binding.answer(scope, receive)
+        await response(scope, receive, send)
 
 
 class Binding:
@@ -85,12 +102,14 @@ class Binding:
         assert _annotated(hints["principal"]) and typing.get_args(hints["principal"])[0] is Principal
 
     async def handle(self, request: Request) -> Response:
-        scope = request.scope
+        return await self.answer(request.scope, request.receive)
+
+    async def answer(self, scope: Scope, receive: Receive) -> Response:
         try:
             authorization, content_type = _two_headers(scope["headers"])
-            services = services_of(request)
+            services: Services = scope["app"].state.services
             kwargs: dict[str, Any] = {"principal": await authenticate(services.authenticator, authorization)}
-            raw = await _body(request) if self.body_model is not None else b""
+            raw = await _body(receive) if self.body_model is not None else b""
             # A body that is not declared JSON, or not JSON, is refused before any field is looked at (as FastAPI).
             data = read_json(content_type, raw) if raw else None
             errors: list[Any] = []
@@ -107,7 +126,7 @@ class Binding:
             if self.wants_services:
                 kwargs["services"] = services
             if self.wants_request:
-                kwargs["request"] = request
+                kwargs["request"] = Request(scope, receive)
             return await self.endpoint(**kwargs)
         except Exception as exc:
             response = known_error_response(exc, scope)
@@ -137,10 +156,9 @@ def _two_headers(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, st
     return authorization, content_type
 
 
-async def _body(request: Request) -> bytes:
+async def _body(receive: Receive) -> bytes:
     """The whole body, read from the ASGI messages once. A client gone before the end raises ClientDisconnect
     (answered 499)."""
-    receive = request.receive
     chunks: list[bytes] = []
     while True:
         message = await receive()

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Scope
 
+from app.api.responses import JsonBytes
 from app.errors import InternalError, InvalidRequest, MethodNotAllowed, RouteNotFound, SchedlockError
 from app.ops.logs import REQUEST_ID_SCOPE_KEY, request_id
 
@@ -37,12 +38,7 @@ def client_closed_response() -> Response:
 
 
 def error_response(exc: SchedlockError) -> Response:
-    return Response(
-        content=exc.rendered(),
-        status_code=exc.status,
-        media_type="application/json",
-        headers=dict(exc.headers) or None,
-    )
+    return JsonBytes(exc.rendered(), exc.status, dict(exc.headers))
 
 
 def _describe_validation(exc: RequestValidationError) -> InvalidRequest:

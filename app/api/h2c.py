@@ -19,14 +19,20 @@ a subclass of ``HttpToolsProtocol`` sees: ``parser``, ``url``, ``headers``, ``lo
 ``handle_websocket_upgrade`` and three of its own underscored methods (``_should_upgrade``,
 ``_unsupported_upgrade_warning``, ``_unset_keepalive_if_required``). tests/api/test_wire.py sends such requests,
 from the real JDK HttpClient and curl too, to a served uvicorn.
+
+``HttpProtocol`` also hands uvicorn the connection's transport wrapped by app.api.writes (one write per response):
+that part is asyncio's public interface, not the workaround, and stays if this module goes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.api.writes import OneWrite
 
 #: Headers that only mean something for the upgrade being ignored (RFC 9113 section 3.2: HTTP2-Settings).
 _UPGRADE_ONLY = frozenset({b"upgrade", b"http2-settings"})
@@ -54,6 +60,10 @@ class HttpProtocol(HttpToolsProtocol):
 
     #: The head of a request whose upgrade is being ignored, parsed again once llhttp pauses after it.
     _ignored_upgrade: bytes | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # Not the h2c workaround: one write per response (app.api.writes), on asyncio's public transport interface.
+        super().connection_made(OneWrite(transport))
 
     def on_headers_complete(self) -> None:
         parser = self.parser

@@ -10,6 +10,8 @@ saving when it is always the same two headers (docs/performance.md, "Where an un
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel
 from starlette.responses import Response
 
@@ -17,15 +19,23 @@ _CONTENT_TYPE = (b"content-type", b"application/json")
 
 
 class JsonBytes(Response):
-    """A 200 response of JSON already encoded; what ``Response(content=body, media_type="application/json")`` is."""
+    """A response of JSON already encoded; what ``Response(content=body, status_code=status, headers=headers,
+    media_type="application/json")`` is, headers in the same order, for a status with a body (not 1xx, 204, 304),
+    and ``headers`` other than the two it makes."""
 
     media_type = "application/json"
 
-    def __init__(self, body: bytes) -> None:  # Response.__init__ is not called: everything it sets is set here
-        self.status_code = 200
+    def __init__(self, body: bytes, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
+        # Response.__init__ is not called: everything it sets is set here.
+        self.status_code = status
         self.body = body
         self.background = None
-        self.raw_headers = [(b"content-length", str(len(body)).encode("latin-1")), _CONTENT_TYPE]
+        length = (b"content-length", str(len(body)).encode("latin-1"))
+        if headers:
+            self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+            self.raw_headers += [length, _CONTENT_TYPE]
+        else:
+            self.raw_headers = [length, _CONTENT_TYPE]
 
 
 def json_response(model: BaseModel) -> Response:
