@@ -72,16 +72,22 @@ def test_wheels_and_sdists_pass_twine_check(dists: Path) -> None:
 
 
 def test_the_wheels_install_into_a_clean_virtualenv(dists: Path, live_server: LiveServer, tmp_path: Path) -> None:
-    """Both wheels and their dependencies (the versions requirements.lock pins) into a virtualenv of their own: the
-    client's command runs a job under a lock, the server's writes the OpenAPI document the repository holds."""
+    """Each wheel and its dependencies (the versions requirements.lock pins) into a virtualenv of its own, the server's
+    first and alone (what it needs must not arrive with the client): the server's command writes the OpenAPI document
+    the repository holds, then the client's runs a job under a lock."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    wheels = sorted(str(p) for p in dists.glob("*.whl"))
-    install = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c",
-               str(ROOT / "requirements.lock"), *wheels]  # fmt: skip
-    build(install, cwd=tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SCHEDLOCK_", "PYTHON", "VIRTUAL_ENV"))}
+    install = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c",
+               str(ROOT / "requirements.lock")]  # fmt: skip
+    (server_wheel,) = dists.glob("schedlock_server-*.whl")
+    build([*install, str(server_wheel)], cwd=tmp_path)
+    alone = subprocess.run([str(env_dir / "bin" / "schedlock-server"), "openapi"], env=env, cwd="/",
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert alone.returncode == 0, alone.stderr  # every module of the app imports with the server's dependencies
+    (client_wheel,) = dists.glob("schedlock-*.whl")
+    build([*install, str(client_wheel)], cwd=tmp_path)
     env["SCHEDLOCK_URL"] = live_server.url
     name = f"wheel-{uuid.uuid4().hex[:8]}"
     command = [str(env_dir / "bin" / "schedlock"), "run", "--name", name, "--at-most", "1m", "--", "echo", "ran"]
