@@ -21,8 +21,8 @@ app = Celery("schedlock_node", broker=f"sqla+sqlite:///{QUEUE}/broker.sqlite3")
 # The default second between polls is slow for ticks of a second (and the SQLAlchemy transport hands its transport
 # options to create_engine, so it cannot be set there).
 kombu.transport.sqlalchemy.Transport.polling_interval = 0.1
-#: NODE_EXPIRES: the entry's own expiry, in seconds (else each message expires at the entry's next tick).
-OPTIONS = {"expires": float(os.environ["NODE_EXPIRES"])} if "NODE_EXPIRES" in os.environ else {}
+#: NODE_EXPIRES: the entry's own expiry, in seconds (unset or empty: each message expires at the entry's next tick).
+OPTIONS = {"expires": float(os.environ["NODE_EXPIRES"])} if os.environ.get("NODE_EXPIRES") else {}
 app.conf.update(
     beat_scheduler="schedlock.celery:MemorySlotScheduler",
     beat_schedule={"record": {"task": "node.record", "schedule": timedelta(seconds=common.EVERY), "options": OPTIONS}},

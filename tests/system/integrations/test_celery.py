@@ -83,12 +83,12 @@ def test_a_late_beats_message_for_an_old_tick_is_skipped_and_the_newer_tick_does
     the message has expired by then (at the entry's next tick), and the worker drops it unrun; with an expiry of the
     entry's own (an hour), it reaches schedlock, whose answer is a stale slot_done: skipped. Either way no tick runs
     twice and none runs after a newer one (before: 4 of 6 tries ran a tick twice)."""
-    own = {"expires": "3600"} if expiry == "an-hour" else {}
+    own = "3600" if expiry == "an-hour" else ""  # empty: the entry's default expiry
     with nodes("celery", live_server.url, tmp_path) as group:
         # Both beats' entries carry the variant's expiry: with the default one, a worker slow to take even its own
         # beat's message drops it too, at the next tick (as it should), and only the late beat's are counted below.
-        a = group.start("a", every="2", **own)
-        late = group.start("late", every="2", beat_only=True, clock_behind_s=7, **own)
+        a = group.start("a", every="2", expires=own)
+        late = group.start("late", every="2", beat_only=True, clock_behind_s=7, expires=own)
         group.wait_ready(a, late)
         skipped = "expired at" if expiry == "next-tick" else "is stale, older than its last completed slot"
         group.wait_until(
