@@ -29,7 +29,7 @@ from tests.support.apps import drop_schema, in_process, make_settings, migrated_
 from tests.support.java import JavaNode
 from tests.support.pgcluster import PgCluster
 from tests.support.polyglot import token_config
-from tests.support.servers import LiveServer, start_server, stop_server
+from tests.support.servers import LiveServer, free_port, start_server, stop_server
 
 #: Every test under tests/system/ is of the system tier (``-m "not system"`` is the fast tier); a fast module with a
 #: test or two that need more marks them one by one.
@@ -154,6 +154,17 @@ def live_server(settings: Settings) -> Iterator[LiveServer]:
     server = start_server(settings)
     yield server
     stop_server(server)
+
+
+@pytest.fixture
+def url(live_server: LiveServer) -> str:
+    return live_server.url
+
+
+@pytest.fixture
+def dead_url() -> str:
+    """A URL where nothing listens: connection refused at once."""
+    return f"http://127.0.0.1:{free_port()}"
 
 
 # A server that requires API tokens: the polyglot examples (tests/system/polyglot/) and the stock clients

@@ -1,4 +1,5 @@
-"""Fixtures for the client tests: clients on the live server process, a dead URL, fast keep-alive, the CLI."""
+"""Fixtures for the client tests: clients on the live server process (its `url` and a `dead_url` are the root
+conftest's), fast keep-alive, the CLI."""
 
 from __future__ import annotations
 
@@ -12,18 +13,6 @@ import schedlock._keepalive as keepalive
 from schedlock import AsyncLockClient, LockClient
 from tests.support.cli import Spawn, cli_env
 from tests.support.patience import ANSWER
-from tests.support.servers import LiveServer, free_port
-
-
-@pytest.fixture
-def url(live_server: LiveServer) -> str:
-    return live_server.url
-
-
-@pytest.fixture
-def dead_url() -> str:
-    """A URL where nothing listens: connection refused at once."""
-    return f"http://127.0.0.1:{free_port()}"
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.cli_impls import Cli, go_cli, python_cli
-from tests.support.servers import LiveServer, free_port
 
 
 @pytest.fixture(scope="session")
@@ -27,17 +26,6 @@ def cli(request: pytest.FixtureRequest) -> Cli:
     """Each implementation in turn: a test that passes for one and fails for the other is a difference."""
     chosen: Cli = request.getfixturevalue("py_schedlock" if request.param == "python" else "go_schedlock")
     return chosen
-
-
-@pytest.fixture
-def url(live_server: LiveServer) -> str:
-    return live_server.url
-
-
-@pytest.fixture
-def dead_url() -> str:
-    """A URL where nothing listens: connection refused at once."""
-    return f"http://127.0.0.1:{free_port()}"
 
 
 @pytest.fixture
