@@ -28,13 +28,20 @@ export class ServiceUnavailableError extends Error {
 }
 /** The service refused the request (a bad name, a missing or wrong token): a configuration bug, never a skip. */
 export class RequestRejectedError extends Error {
-    /** @param {number} status @param {{ code: string, message: string }} detail */
+    /** @param {number} status @param {{ code: string, message: string, [field: string]: unknown }} detail */
     constructor(status: number, detail: {
         code: string;
         message: string;
+        [field: string]: unknown;
     });
     status: number;
     code: string;
+    /** the error body's fields: code, message and what the code adds (locked_by, stale, last_completed_slot...) */
+    detail: {
+        [field: string]: unknown;
+        code: string;
+        message: string;
+    };
 }
 /**
  * A token kept in a file its platform rotates: read now (a missing file throws at once), and again whenever the

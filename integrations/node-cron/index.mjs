@@ -42,12 +42,14 @@ export class ServiceUnavailableError extends Error {
 
 /** The service refused the request (a bad name, a missing or wrong token): a configuration bug, never a skip. */
 export class RequestRejectedError extends Error {
-  /** @param {number} status @param {{ code: string, message: string }} detail */
+  /** @param {number} status @param {{ code: string, message: string, [field: string]: unknown }} detail */
   constructor(status, detail) {
     super(`${status} ${detail.code}: ${detail.message}`);
     this.name = 'RequestRejectedError';
     this.status = status;
     this.code = detail.code;
+    /** the error body's fields: code, message and what the code adds (locked_by, stale, last_completed_slot...) */
+    this.detail = detail;
   }
 }
 
@@ -148,6 +150,12 @@ export class SchedlockCoordinator {
     } catch (error) {
       if (error instanceof RequestRejectedError && error.code === 'lock_held') {
         this.#logger.debug(`schedlock: ${name} is held by another node: tick ${tick} skipped`);
+        return false;
+      }
+      if (error instanceof RequestRejectedError && error.code === 'slot_done' && error.detail.stale === true) {
+        // A late trigger (a paused process, a clock behind): a newer tick has completed since (docs/slots.md).
+        const last = error.detail.last_completed_slot;
+        this.#logger.info(`schedlock: tick ${tick} of ${name} is stale, older than its last completed tick ${last}: skipped`);
         return false;
       }
       if (error instanceof RequestRejectedError && error.code === 'slot_done') {

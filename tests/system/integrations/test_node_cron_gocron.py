@@ -156,6 +156,9 @@ def test_a_late_trigger_of_an_old_tick_is_skipped_and_the_newer_tick_does_not_ru
     assert {e["reason"] for e in late.of("skipped")} <= NOT_ELECTED[example.adapter]
     if example.adapter == "node-cron":  # node-cron says which tick it skipped: each older than one already run
         assert all(t < max(ticks(on_time)) for t in ticks(late, "skipped"))
+        # and its log says why: stale, not "already run" (console.info, on stdout)
+        stale = [line for line in late.lines if "is stale, older than its last completed tick" in line]
+        assert stale, late.stdout
     assert lock_row(live_server, job_name)["last_completed_slot"] == slot(max(runs))
 
 
