@@ -21,14 +21,15 @@ from tests.support.tokens import Token, with_tokens
 pytestmark = pytest.mark.system  # both commands as processes against a live server; the Go binary built
 
 
-#: One request per 4 s, none saved up: a caller extending every 3 s is over it.
-TIGHT = Token("tight", rate=0.25, burst=1)
+#: One request per 4 s, none saved up: a caller extending every 3 s is over it. One principal per command, so that
+#: one's last requests do not spend the other's quota.
+TIGHT = {kind: Token(f"tight-{kind}", rate=0.25, burst=1) for kind in ("python", "go")}
 ADMIN = Token("ops", admin=True)
 
 
 @pytest.fixture(scope="module")
 def quota_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, TIGHT, ADMIN).tokens
+    tokens = with_tokens(settings, *TIGHT.values(), ADMIN).tokens
     assert tokens is not None
     server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
     yield server
@@ -178,13 +179,15 @@ def test_keep_alive_rides_out_429s_of_a_tight_quota(
     ready, stop = tmp_path / "ready", tmp_path / "stop"
     script = f"touch {ready}; while [ ! -e {stop} ]; do sleep 0.1; done"
     args = ("run", "--keep-alive", "--name", name, "--at-most", "6s", "--", "sh", "-c", script)
-    process = cli.start(quota_server.url, *args, fast=True, SCHEDLOCK_TOKEN=TIGHT.secret)
+    process = cli.start(quota_server.url, *args, fast=True, SCHEDLOCK_TOKEN=TIGHT[cli.kind].secret)
     started.append(process)
     wait_for_file(ready)
     with LockClient(quota_server.url, token=ADMIN.secret) as client:  # the admin's requests: another principal
         first = client.get(name)
 
         def extended_past_at_most() -> bool:
+            if process.poll() is not None:  # the lock lost, the command terminated: say why
+                raise AssertionError(f"exited {process.returncode}: {process.communicate()[1]}")
             now = client.get(name)
             return now.held and now.db_time - now.locked_at > 2 * (first.lock_until - first.locked_at)
 
