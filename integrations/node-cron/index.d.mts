@@ -28,13 +28,25 @@ export class ServiceUnavailableError extends Error {
 }
 /** The service refused the request (a bad name, a missing or wrong token): a configuration bug, never a skip. */
 export class RequestRejectedError extends Error {
-    /** @param {number} status @param {{ code: string, message: string }} detail */
+    /**
+     * @param {number} status @param {{ code: string, message: string, [field: string]: unknown }} detail
+     * @param {number} [retryAfter] the Retry-After header, in seconds
+     */
     constructor(status: number, detail: {
         code: string;
         message: string;
-    });
+        [field: string]: unknown;
+    }, retryAfter?: number);
     status: number;
     code: string;
+    /** the error body's fields: code, message and what the code adds (locked_by, stale, last_completed_slot...) */
+    detail: {
+        [field: string]: unknown;
+        code: string;
+        message: string;
+    };
+    /** @type {number | undefined} the Retry-After header in seconds (a 429 rate_limited, a 503), when sent */
+    retryAfter: number | undefined;
 }
 /**
  * A token kept in a file its platform rotates: read now (a missing file throws at once), and again whenever the
@@ -60,7 +72,8 @@ export class SchedlockCoordinator implements RunCoordinator {
     shouldRun(key: string, ttlMs: number): Promise<boolean>;
     /**
      * Releases the tick's lock: completed, unless the task wrapped in job() threw. Never throws; a release that cannot
-     * be sent is logged, and the lock frees itself at lock_until.
+     * be sent is logged, and the lock frees itself at lock_until. Tried three times while schedlock cannot be asked,
+     * and after each 429 (over the caller's quota) its Retry-After later, as long as the lease lasts.
      * @param {string} key @returns {Promise<void>}
      */
     onComplete(key: string): Promise<void>;

@@ -10,7 +10,8 @@
 //
 // When schedlock cannot be asked, shouldRun logs an error and throws: node-cron skips the tick (fail-closed) and
 // emits execution:skipped with reason 'coordinator-error'. With failOpen: true it logs a warning and runs the tick
-// without a lock instead. Only the standard library: fetch, AbortSignal.timeout.
+// without a lock instead. A 429 (this caller over its quota) skips the tick with a warning; a release answered 429
+// is retried after its Retry-After while the lease lasts. Only the standard library: fetch, AbortSignal.timeout.
 
 import { readFileSync, statSync } from 'node:fs';
 import { hostname } from 'node:os';
@@ -42,12 +43,19 @@ export class ServiceUnavailableError extends Error {
 
 /** The service refused the request (a bad name, a missing or wrong token): a configuration bug, never a skip. */
 export class RequestRejectedError extends Error {
-  /** @param {number} status @param {{ code: string, message: string }} detail */
-  constructor(status, detail) {
+  /**
+   * @param {number} status @param {{ code: string, message: string, [field: string]: unknown }} detail
+   * @param {number} [retryAfter] the Retry-After header, in seconds
+   */
+  constructor(status, detail, retryAfter) {
     super(`${status} ${detail.code}: ${detail.message}`);
     this.name = 'RequestRejectedError';
     this.status = status;
     this.code = detail.code;
+    /** the error body's fields: code, message and what the code adds (locked_by, stale, last_completed_slot...) */
+    this.detail = detail;
+    /** @type {number | undefined} the Retry-After header in seconds (a 429 rate_limited, a 503), when sent */
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -110,7 +118,10 @@ export class SchedlockCoordinator {
   #lockName;
   #failOpen;
   #logger;
-  /** @type {Map<string, { name: string, token: string, lockUntil: string, failed: boolean }>} ticks running here */
+  /**
+   * Ticks running here; deadline: lockUntil by performance.now(), counted from the acquire's start (never later).
+   * @type {Map<string, { name: string, token: string, lockUntil: string, deadline: number, failed: boolean }>}
+   */
   #leases = new Map();
 
   /** @param {CoordinatorOptions} [options] */
@@ -143,6 +154,7 @@ export class SchedlockCoordinator {
     const name = this.#lockName(task);
     const request = { lock_at_most_for: ttlMs, lock_at_least_for: 0, holder: this.#holder, slot: tick };
     let acquired;
+    const sent = performance.now();
     try {
       acquired = await this.#call(`${path(name)}/acquire`, request);
     } catch (error) {
@@ -150,8 +162,20 @@ export class SchedlockCoordinator {
         this.#logger.debug(`schedlock: ${name} is held by another node: tick ${tick} skipped`);
         return false;
       }
+      if (error instanceof RequestRejectedError && error.code === 'slot_done' && error.detail.stale === true) {
+        // A late trigger (a paused process, a clock behind): a newer tick has completed since (docs/slots.md).
+        const last = error.detail.last_completed_slot;
+        this.#logger.info(`schedlock: tick ${tick} of ${name} is stale, older than its last completed tick ${last}: skipped`);
+        return false;
+      }
       if (error instanceof RequestRejectedError && error.code === 'slot_done') {
         this.#logger.debug(`schedlock: tick ${tick} of ${name} was already run: skipped`);
+        return false;
+      }
+      if (error instanceof RequestRejectedError && error.code === 'rate_limited') {
+        // Over this caller's quota (docs/auth.md): no verdict on the lock and no outage; another node may run it.
+        const after = error.retryAfter === undefined ? '' : `, retry after ${error.retryAfter} s`;
+        this.#logger.warn(`schedlock: tick ${tick} of ${name} skipped: over this caller's quota (429 rate_limited${after})`);
         return false;
       }
       if (error instanceof ServiceUnavailableError && this.#failOpen) {
@@ -163,13 +187,14 @@ export class SchedlockCoordinator {
       throw error;
     }
     const lease = /** @type {{ token: string, lock_until: string }} */ (acquired);
-    this.#leases.set(key, { name, token: lease.token, lockUntil: lease.lock_until, failed: false });
+    this.#leases.set(key, { name, token: lease.token, lockUntil: lease.lock_until, deadline: sent + ttlMs, failed: false });
     return true;
   }
 
   /**
    * Releases the tick's lock: completed, unless the task wrapped in job() threw. Never throws; a release that cannot
-   * be sent is logged, and the lock frees itself at lock_until.
+   * be sent is logged, and the lock frees itself at lock_until. Tried three times while schedlock cannot be asked,
+   * and after each 429 (over the caller's quota) its Retry-After later, as long as the lease lasts.
    * @param {string} key @returns {Promise<void>}
    */
   async onComplete(key) {
@@ -177,7 +202,8 @@ export class SchedlockCoordinator {
     if (lease === undefined) return; // ran without a lock (failOpen)
     this.#leases.delete(key);
     const request = { token: lease.token, completed: !lease.failed };
-    for (let attempt = 1; ; attempt++) {
+    for (let attempt = 1; ; ) {
+      let pauseMs;
       try {
         await this.#call(`${path(lease.name)}/release`, request);
         return;
@@ -187,12 +213,21 @@ export class SchedlockCoordinator {
           this.#logger.warn(`schedlock: ${lease.name} expired and was taken over before ${key} ended: ${why}`);
           return;
         }
-        if (!(error instanceof ServiceUnavailableError) || attempt === 3) {
+        if (error instanceof RequestRejectedError && error.code === 'rate_limited') {
+          pauseMs = (error.retryAfter ?? 1) * 1000; // no verdict on the lease: again, if before it ends
+          if (performance.now() + pauseMs >= lease.deadline) {
+            this.#logger.warn(`schedlock: could not release ${lease.name} before its lease ended; it frees itself at ${lease.lockUntil}: ${why}`);
+            return;
+          }
+          this.#logger.info(`schedlock: release of ${lease.name} over this caller's quota: retrying in ${pauseMs} ms`);
+        } else if (!(error instanceof ServiceUnavailableError) || attempt === 3) {
           this.#logger.warn(`schedlock: could not release ${lease.name}; it frees itself at ${lease.lockUntil}: ${why}`);
           return;
+        } else {
+          pauseMs = 200 * attempt++;
         }
-        await new Promise((resolve) => setTimeout(resolve, 200 * attempt));
       }
+      await new Promise((resolve) => setTimeout(resolve, pauseMs));
     }
   }
 
@@ -235,7 +270,8 @@ export class SchedlockCoordinator {
     if (response.status >= 500 || typeof detail?.code !== 'string') {
       throw new ServiceUnavailableError(`lock service at ${this.#url} answered ${response.status}`);
     }
-    throw new RequestRejectedError(response.status, detail);
+    const retryAfter = Number(response.headers.get('retry-after') ?? Number.NaN);
+    throw new RequestRejectedError(response.status, detail, Number.isFinite(retryAfter) ? retryAfter : undefined);
   }
 }
 

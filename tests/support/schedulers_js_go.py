@@ -81,6 +81,7 @@ class Scheduler:
 
     process: subprocess.Popen[str]
     events: list[dict[str, Any]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # stdout's other lines (node's console.info and debug)
     errors: list[str] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
 
@@ -95,6 +96,8 @@ class Scheduler:
         for line in stream:
             if line.startswith("{"):
                 self.events.append(json.loads(line))
+            else:
+                self.lines.append(line)
 
     def _errors(self, stream: Any) -> None:
         for line in stream:
@@ -117,6 +120,11 @@ class Scheduler:
     @property
     def stderr(self) -> str:
         return "".join(self.errors)
+
+    @property
+    def stdout(self) -> str:
+        """stdout but the JSON events."""
+        return "".join(self.lines)
 
     def stop(self) -> None:
         """SIGTERM (the example stops its scheduler), then wait; a scheduler that will not stop is killed."""

@@ -1,4 +1,5 @@
-"""API tokens for tests: a configuration from a few (name, prefixes, access, admin) entries, and their headers."""
+"""API tokens for tests: a configuration from a few (name, prefixes, access, admin, quota) entries, and their
+headers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ class Token:
     prefixes: tuple[str, ...] = ("*",)
     access: str = "read-write"
     admin: bool = False
+    rate: float | None = None  # a quota (docs/auth.md): requests per second
+    burst: int | None = None
 
     @property
     def secret(self) -> str:
@@ -30,6 +33,8 @@ def with_tokens(settings: Settings, *tokens: Token) -> Settings:
     entries = [
         {"name": t.name, "sha256": hash_secret(t.secret), "prefixes": list(t.prefixes), "access": t.access}
         | ({"admin": True} if t.admin else {})
+        | ({"rate": t.rate} if t.rate is not None else {})
+        | ({"burst": t.burst} if t.burst is not None else {})
         for t in tokens
     ]
     return settings.model_copy(update={"tokens": json.dumps({"tokens": entries})})

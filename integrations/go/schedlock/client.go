@@ -54,6 +54,9 @@ var (
 	ErrNotFound = errors.New("schedlock: no such lock")
 	// ErrUnavailable: the service could not decide (unreachable, timed out, 5xx, or not its answer).
 	ErrUnavailable = errors.New("schedlock: lock service unavailable")
+	// ErrRateLimited: the caller is over its quota (429 rate_limited); APIError.RetryAfter says when to try again.
+	// No verdict on the lock: a lease stays held, an extension may be retried.
+	ErrRateLimited = errors.New("schedlock: rate limited")
 )
 
 // APIError is the service's error answer {"error": {"code", "message", ...}}. Codes the client knows match the
@@ -80,6 +83,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == "not_holder"
 	case ErrNotFound:
 		return e.Code == "lock_not_found"
+	case ErrRateLimited:
+		return e.Code == "rate_limited"
 	case ErrUnavailable:
 		return e.Status >= 500
 	}

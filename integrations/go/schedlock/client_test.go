@@ -99,10 +99,12 @@ func TestErrorsMatchTheirSentinels(t *testing.T) {
 		"storage":      {503, `{"error": {"code": "storage_unavailable", "message": "m"}}`, ErrUnavailable},
 		"proxy 502":    {502, `<html>bad gateway</html>`, ErrUnavailable},
 		"not json 200": {200, `<html>hello</html>`, ErrUnavailable},
+		"rate limited": {429, `{"error": {"code": "rate_limited", "message": "m", "retry_after": 2}}`, ErrRateLimited},
 	}
 	for name, answer := range answers {
 		t.Run(name, func(t *testing.T) {
 			server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Retry-After", "2")
 				w.WriteHeader(answer.status)
 				_, _ = w.Write([]byte(answer.body))
 			}))
@@ -111,7 +113,11 @@ func TestErrorsMatchTheirSentinels(t *testing.T) {
 			if !errors.Is(err, answer.is) {
 				t.Fatalf("%v is not %v", err, answer.is)
 			}
-			for _, other := range []error{ErrHeld, ErrDone, ErrNotHolder, ErrNotFound, ErrUnavailable} {
+			var api *APIError
+			if answer.is == ErrRateLimited && (!errors.As(err, &api) || api.RetryAfter != 2*time.Second) {
+				t.Fatalf("%v: Retry-After not read", err)
+			}
+			for _, other := range []error{ErrHeld, ErrDone, ErrNotHolder, ErrNotFound, ErrUnavailable, ErrRateLimited} {
 				if other != answer.is && errors.Is(err, other) {
 					t.Fatalf("%v is also %v", err, other)
 				}

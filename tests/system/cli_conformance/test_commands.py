@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.settings import Settings
@@ -130,6 +132,43 @@ def test_jobs(cli: Cli, url: str, name: str) -> None:
         "schedlock jobs: error: argument --state: invalid choice: 'sideways' (choose from 'up', 'late', 'down', "
         "'paused', 'new')\n"
     )
+
+
+def test_jobs_down_exits_1_when_a_job_listed_is_down(cli: Cli, url: str, name: str) -> None:
+    """`jobs --down` is a cron check: exit 1 (the table still printed, nothing on stderr) when any job listed is
+    down, 0 when none is; --json keeps the exit code."""
+    yearly = ("--once-per", "0 0 1 1 *")
+    assert cli(url, "run", "--name", f"{name}.ok", "--at-most", "1m", *yearly, "--", "true").returncode == 0
+    # A job ticking every second (a minute of grace): once a tick is due, a failed run makes it down (docs/jobs.md).
+    bad = f"{name}.bad"
+    assert httpx.put(f"{url}/v1/jobs/{bad}", json={"schedule": "PT1S", "grace": "1m"}).status_code == 200
+    wait_for_state(url, bad, lambda state: state != "new", "a tick due")
+    assert cli(url, "run", "--name", bad, "--at-most", "1m", "--", "false").returncode == 1
+    wait_for_state(url, bad, lambda state: state == "down", "the job down after its failed run")
+
+    down = cli(url, "jobs", "--prefix", f"{name}.", "--down")
+    assert (down.returncode, down.stderr) == (1, ""), down
+    header, *rows = down.stdout.splitlines()
+    assert header.split()[:2] == ["STATE", "NAME"]
+    states = {row.split()[1]: row.split()[0] for row in rows}
+    assert states == {bad: "down", f"{name}.ok": states[f"{name}.ok"]} and states[f"{name}.ok"] != "down", rows
+    as_json = cli(url, "jobs", "--prefix", f"{name}.", "--down", "--json")
+    assert as_json.returncode == 1
+    assert {job["name"]: job["state"] for job in json.loads(as_json.stdout)["items"]}[bad] == "down"
+
+    fine = cli(url, "jobs", "--prefix", f"{name}.ok", "--down")  # the down job not listed: none is down
+    assert (fine.returncode, fine.stderr) == (0, ""), fine
+    assert [row.split()[1] for row in fine.stdout.splitlines()[1:]] == [f"{name}.ok"]
+    nothing = cli(url, "jobs", "--prefix", f"{name}.zzz", "--down", "--json")  # no job at all: none is down
+    assert (nothing.returncode, json.loads(nothing.stdout)) == (0, {"items": []})
+
+
+def wait_for_state(url: str, job: str, done: Callable[[str], bool], what: str, timeout: float = 30) -> None:
+    """Poll the job's state until done(state) (generous: the machine is shared); fail saying what did not happen."""
+    deadline = time.monotonic() + timeout
+    while not done(state := httpx.get(f"{url}/v1/jobs/{job}").json()["state"]):
+        assert time.monotonic() < deadline, f"{what}: still {state} after {timeout} s"
+        time.sleep(0.1)
 
 
 def test_the_service_down_is_69_for_every_command(cli: Cli, dead_url: str) -> None:

@@ -6,15 +6,34 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from app.settings import Settings
 from schedlock import LockClient
 from tests.support.cli import wait_for_file, wait_until
 from tests.support.cli_impls import Cli
+from tests.support.servers import LiveServer, start_server, stop_server
+from tests.support.tokens import Token, with_tokens
 
 pytestmark = pytest.mark.system  # both commands as processes against a live server; the Go binary built
+
+
+#: One request per 4 s, none saved up: a caller extending every 3 s is over it. One principal per command, so that
+#: one's last requests do not spend the other's quota.
+TIGHT = {kind: Token(f"tight-{kind}", rate=0.25, burst=1) for kind in ("python", "go")}
+ADMIN = Token("ops", admin=True)
+
+
+@pytest.fixture(scope="module")
+def quota_server(settings: Settings) -> Iterator[LiveServer]:
+    tokens = with_tokens(settings, *TIGHT.values(), ADMIN).tokens
+    assert tokens is not None
+    server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
+    yield server
+    stop_server(server)
 
 
 def run(
@@ -149,6 +168,35 @@ def test_keep_alive_holds_past_at_most_then_a_force_release_terminates_the_comma
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 75, stderr
     assert got.exists() and f"schedlock: lost the lock '{name}'; terminating the command" in stderr
+
+
+def test_keep_alive_rides_out_429s_of_a_tight_quota(
+    cli: Cli, quota_server: LiveServer, name: str, tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """A caller over its quota gets 429 rate_limited with Retry-After: no verdict on its lease, so keep-alive retries
+    the extension (before the lease's end) and the command runs on under the same lease. The quota, one request per
+    4 s, refuses each extension sent every 3 s (--at-most 6s) at least once."""
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    script = f"touch {ready}; while [ ! -e {stop} ]; do sleep 0.1; done"
+    args = ("run", "--keep-alive", "--name", name, "--at-most", "6s", "--", "sh", "-c", script)
+    process = cli.start(quota_server.url, *args, fast=True, SCHEDLOCK_TOKEN=TIGHT[cli.kind].secret)
+    started.append(process)
+    wait_for_file(ready)
+    with LockClient(quota_server.url, token=ADMIN.secret) as client:  # the admin's requests: another principal
+        first = client.get(name)
+
+        def extended_past_at_most() -> bool:
+            if process.poll() is not None:  # the lock lost, the command terminated: say why
+                raise AssertionError(f"exited {process.returncode}: {process.communicate()[1]}")
+            now = client.get(name)
+            return now.held and now.db_time - now.locked_at > 2 * (first.lock_until - first.locked_at)
+
+        wait_until(extended_past_at_most, 60, "the lock held past twice --at-most")
+        assert client.get(name).fencing_token == first.fencing_token
+    stop.touch()
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert f"could not extend lock '{name}', retrying:" in stderr and "lost" not in stderr, stderr
 
 
 def test_a_command_ignoring_sigterm_is_killed_after_kill_after(

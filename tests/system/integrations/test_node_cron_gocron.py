@@ -17,11 +17,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from app.settings import Settings
 from tests.support.api import ts
 from tests.support.polyglot import node_command
 from tests.support.polyglot import row as lock_row
 from tests.support.schedulers_js_go import GO_MODULE, Example, Scheduler, build_gocron, build_node_cron, tool
-from tests.support.servers import LiveServer, free_port
+from tests.support.servers import LiveServer, free_port, start_server, stop_server
+from tests.support.tokens import Token, with_tokens
 
 EVERY_2S = "*/2 * * * * *"
 EVERY_1S = "* * * * * *"
@@ -156,6 +158,9 @@ def test_a_late_trigger_of_an_old_tick_is_skipped_and_the_newer_tick_does_not_ru
     assert {e["reason"] for e in late.of("skipped")} <= NOT_ELECTED[example.adapter]
     if example.adapter == "node-cron":  # node-cron says which tick it skipped: each older than one already run
         assert all(t < max(ticks(on_time)) for t in ticks(late, "skipped"))
+        # and its log says why: stale, not "already run" (console.info, on stdout)
+        stale = [line for line in late.lines if "is stale, older than its last completed tick" in line]
+        assert stale, late.stdout
     assert lock_row(live_server, job_name)["last_completed_slot"] == slot(max(runs))
 
 
@@ -199,6 +204,39 @@ def test_with_schedlock_down_the_job_does_not_run_unless_told_to_fail_open(
     assert "NOT run (fail-closed)" in closed.stderr or "NOT started (fail-closed)" in closed.stderr
     assert "unreachable" in closed.stderr or "connection refused" in closed.stderr
     assert "WITHOUT a lock" in open_.stderr
+
+
+#: One request per 5 s, two at once: a scheduler ticking every second (an acquire and a release a run) is over it.
+TIGHT = Token("tight", rate=0.2, burst=2)
+ADMIN = Token("ops", admin=True)
+
+
+@pytest.fixture(scope="module")
+def quota_server(settings: Settings) -> Iterator[LiveServer]:
+    tokens = with_tokens(settings, TIGHT, ADMIN).tokens
+    assert tokens is not None
+    server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
+    yield server
+    stop_server(server)
+
+
+def test_node_cron_over_its_quota_skips_ticks_and_releases_after_retry_after(
+    node_cron_example: Example, quota_server: LiveServer, job_name: str, schedulers: list[Scheduler]
+) -> None:
+    """A 429 rate_limited (the caller over its quota, docs/auth.md) is no outage: the acquire's tick is skipped as
+    not elected, with a warning, and a release answered 429 is sent again after its Retry-After while the lease
+    lasts, so every run is released, none left to expire."""
+    over = node_cron_example.start(quota_server.url, job_name, EVERY_1S, LEASE_MS="60000", SCHEDLOCK_TOKEN=TIGHT.secret)
+    schedulers.append(over)
+    over.wait(lambda: len(over.of("finished")) >= 2 and len(over.of("skipped")) >= 2, "two runs and two skips", 60)
+    over.stop()  # its last release, if waiting out a Retry-After, is sent before the process ends
+
+    assert {e["reason"] for e in over.of("skipped")} == {"not-elected"}, over.events  # no coordinator-error
+    assert "over this caller's quota (429 rate_limited, retry after" in over.stderr, over.stderr
+    response = httpx.get(f"{quota_server.url}/v1/locks/{job_name}/runs", headers=ADMIN.headers, timeout=10)
+    runs = response.json()["items"]
+    assert len(runs) >= 2 and {r["outcome"] for r in runs} == {"released"}, runs
+    assert "retrying in" in over.stdout, "no release met a 429: not tested"
 
 
 def test_the_node_cron_adapter_type_checks(node_cron_example: Example) -> None:

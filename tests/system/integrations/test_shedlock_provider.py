@@ -8,7 +8,9 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import pytest
 
 from app.settings import Settings
@@ -18,11 +20,13 @@ from tests.support.servers import (
     free_port,
     server_env,
     spawn_server,
+    start_server,
     stop_server,
     wait_for,
 )
 from tests.support.shedlock_provider import Driver, acquire, build, lock_runs, when
 from tests.support.shedlock_provider import lock_row as lock
+from tests.support.tokens import Token, with_tokens
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +86,55 @@ def test_keep_alive_holds_a_lock_past_lock_at_most_for(driver: Driver, live_serv
     [history] = lock_runs(live_server, name)
     assert history["outcome"] == "released" and history["fencing_token"] == kept["fencing_token"]
     assert int(str(history["duration_ms"])) > 3000, "the task ran longer than lockAtMostFor (2 s)"
+
+
+#: One request per 4 s, none saved up: a keep-alive extending every 3 s is over it (docs/auth.md#quotas).
+TIGHT = Token("tight", rate=0.25, burst=1)
+#: Two requests at once, then one per 4 s.
+SPENT = Token("spent", rate=0.25, burst=2)
+ADMIN = Token("ops", admin=True)
+
+
+@pytest.fixture(scope="module")
+def quota_server(settings: Settings) -> Iterator[LiveServer]:
+    tokens = with_tokens(settings, TIGHT, SPENT, ADMIN).tokens
+    assert tokens is not None
+    server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
+    yield server
+    stop_server(server)
+
+
+def admin_runs(server: LiveServer, name: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{server.url}/v1/locks/{name}/runs", headers=ADMIN.headers, timeout=10)
+    assert response.status_code == 200, response.text
+    items: list[dict[str, Any]] = response.json()["items"]
+    return items
+
+
+def test_keep_alive_rides_out_429s_of_a_tight_quota(driver: Driver, quota_server: LiveServer, name: str) -> None:
+    """A 429 on an extension is no verdict on the lease: retried after Retry-After while the lease lives, so a task
+    runs 9 s under a 6 s lock whose every extension meets a 429 first, and a rival never gets the lock."""
+    kept = driver.send("keepalive-quota", quota_server.url, TIGHT.secret, ADMIN.secret, name)
+    assert kept["lost"] is False and kept["rival_acquired"] is False, kept
+    assert (when(kept["end_until"]) - when(kept["start_until"])).total_seconds() > 2, kept
+    [history] = admin_runs(quota_server, name)
+    # One run, this lease's. Its release may have met a 429 with no time left to wait it out (the other test).
+    assert history["fencing_token"] == kept["fencing_token"], history
+    limited = httpx.get(f"{quota_server.url}/metrics", headers=ADMIN.headers, timeout=10).text
+    assert 'schedlock_rate_limited_total{principal="tight"}' in limited, "no extension met a 429: not tested"
+
+
+def test_over_its_quota_an_acquire_skips_and_a_release_waits(
+    driver: Driver, quota_server: LiveServer, name: str
+) -> None:
+    """429 on acquire: the run is skipped (logged), not thrown; 429 on release: retried after Retry-After within the
+    lease, so the lock is released, not left to expire."""
+    over = driver.send("quota", quota_server.url, SPENT.secret, name)
+    assert over["held_skipped"] is True and over["threw"] is None and over["over_quota_ran"] is False, over
+    assert over["release_ms"] >= 900, f"the release met no 429: {over}"
+    [history] = admin_runs(quota_server, name)
+    assert history["outcome"] == "released", history
+    assert admin_runs(quota_server, f"{name}-2") == []
 
 
 def test_a_task_that_throws_releases_the_lock(driver: Driver, live_server: LiveServer, name: str) -> None:

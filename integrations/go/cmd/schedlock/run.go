@@ -314,8 +314,14 @@ func startKeepAlive(ctx context.Context, client *schedlock.Client, r runOptions,
 			switch {
 			case err == nil:
 				deadline, next = sent.Add(period), sent.Add(period/2)
-			case errors.Is(err, schedlock.ErrUnavailable):
-				retry := time.Now().Add(min(5*time.Second, period/10))
+			case errors.Is(err, schedlock.ErrUnavailable), errors.Is(err, schedlock.ErrRateLimited):
+				// No verdict on the lease (a 429 neither): retry while it surely lives, after Retry-After if sent.
+				pause := min(5*time.Second, period/10)
+				var api *schedlock.APIError
+				if errors.As(err, &api) && api.RetryAfter > 0 {
+					pause = api.RetryAfter
+				}
+				retry := time.Now().Add(pause)
 				if !retry.Before(deadline) {
 					k.lose("could not be extended before it ran out")
 					return

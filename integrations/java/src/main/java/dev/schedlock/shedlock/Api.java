@@ -10,11 +10,22 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Map;
 import java.util.function.Supplier;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /** schedlock's lock endpoints over the JDK's HttpClient: one POST, one answer, no retry unless asked. */
 final class Api {
-    /** An answer schedlock gave: its status and its JSON body. */
-    record Answer(int status, Map<String, Object> body) {
+    private static final Logger log = LoggerFactory.getLogger(Api.class);
+    /**
+     * An answer schedlock gave: its status, its JSON body, its Retry-After header (null when not sent), and when its
+     * request was sent ({@link System#nanoTime()}): a lease it grants ends no earlier than that plus its duration.
+     */
+    record Answer(int status, Map<String, Object> body, Duration retryAfter, long sent) {
+        /** A 429 {@code rate_limited}: the caller is over its quota, no verdict on the lock (docs/auth.md). */
+        boolean rateLimited() {
+            return status == 429;
+        }
+
         /** The error code of an error answer, or null. */
         String code() {
             return body.get("error") instanceof Map<?, ?> error && error.get("code") instanceof String code ? code : null;
@@ -65,6 +76,7 @@ final class Api {
             request.header("Authorization", "Bearer " + bearer);
         }
         HttpResponse<String> response;
+        long sent = System.nanoTime();
         try {
             response = http.send(request.build(), HttpResponse.BodyHandlers.ofString(StandardCharsets.UTF_8));
         } catch (IOException e) {
@@ -90,27 +102,53 @@ final class Api {
         }
         @SuppressWarnings("unchecked")
         Map<String, Object> fieldsIn = (Map<String, Object>) map;
-        return new Answer(response.statusCode(), fieldsIn);
+        return new Answer(response.statusCode(), fieldsIn, retryAfter(response), sent);
+    }
+
+    /** The Retry-After header in seconds (schedlock sends whole seconds), or null. */
+    private static Duration retryAfter(HttpResponse<?> response) {
+        try {
+            return response.headers().firstValue("Retry-After")
+                    .map(value -> Duration.ofMillis((long) (Double.parseDouble(value.trim()) * 1000)))
+                    .filter(d -> !d.isNegative())
+                    .orElse(null);
+        } catch (NumberFormatException e) {
+            return null; // an HTTP date: not schedlock's
+        }
     }
 
     /**
      * post(), tried up to {@code attempts} times while the service cannot be reached or answers 503: for release
-     * and extend, which are safe to repeat (never for acquire, whose lost answer may have taken the lock).
+     * and extend, which are safe to repeat (never for acquire, whose lost answer may have taken the lock). A 429
+     * {@code rate_limited} (over the caller's quota: no verdict on the lease) is tried again after its Retry-After
+     * (1 s without one) as long as the retry is sent before {@code deadline} ({@link System#nanoTime()}: the lease's
+     * end as this JVM counts it), however many times; past it, the 429 is returned.
      */
-    Answer postRetrying(String operation, String name, Map<String, ?> fields, int attempts) {
-        for (int attempt = 1; ; attempt++) {
+    Answer postRetrying(String operation, String name, Map<String, ?> fields, int attempts, long deadline) {
+        for (int attempt = 1; ; ) {
+            Duration pause;
             try {
                 Answer answer = post(operation, name, fields);
-                if (answer.status() != 503 || attempt >= attempts) {
+                if (answer.rateLimited()) {
+                    pause = answer.retryAfter() != null ? answer.retryAfter() : Duration.ofSeconds(1);
+                    if (System.nanoTime() + pause.toNanos() - deadline >= 0) {
+                        return answer; // no retry fits before the lease ends
+                    }
+                    log.warn("schedlock: {} of '{}' is over the caller's quota (429 rate_limited): retrying in {} ms",
+                            operation, name, pause.toMillis());
+                } else if (answer.status() != 503 || attempt >= attempts) {
                     return answer;
+                } else {
+                    pause = Duration.ofMillis(200L * attempt++);
                 }
             } catch (SchedlockException e) {
                 if (attempt >= attempts || Thread.currentThread().isInterrupted()) {
                     throw e;
                 }
+                pause = Duration.ofMillis(200L * attempt++);
             }
             try {
-                Thread.sleep(200L * attempt);
+                Thread.sleep(pause.toMillis());
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 throw new SchedlockException("schedlock " + operation + " of '" + name + "' was interrupted",

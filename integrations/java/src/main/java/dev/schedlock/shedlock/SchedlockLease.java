@@ -16,11 +16,13 @@ public final class SchedlockLease {
     private final String lockedBy;
     private final String slot;
     private volatile Instant lockUntil;
+    /** lockUntil by this JVM's System.nanoTime(), counted from the start of the request: never later than it. */
+    private volatile long deadline;
     private volatile boolean failed;
     private volatile boolean released;
 
     SchedlockLease(String name, String token, long fencingToken, Instant lockedAt, Instant lockUntil,
-                   String lockedBy, String slot) {
+                   String lockedBy, String slot, long deadline) {
         this.name = name;
         this.token = token;
         this.fencingToken = fencingToken;
@@ -28,6 +30,7 @@ public final class SchedlockLease {
         this.lockUntil = lockUntil;
         this.lockedBy = lockedBy;
         this.slot = slot;
+        this.deadline = deadline;
     }
 
     /** The lock's name. */
@@ -86,8 +89,13 @@ public final class SchedlockLease {
         return token;
     }
 
-    void extended(Instant until) {
+    long deadline() {
+        return deadline;
+    }
+
+    void extended(Instant until, long deadline) {
         lockUntil = until;
+        this.deadline = deadline;
     }
 
     void markReleased() {

@@ -16,7 +16,10 @@ import org.slf4j.LoggerFactory;
  */
 final class SchedlockLock extends AbstractSimpleLock {
     private static final Logger log = LoggerFactory.getLogger(SchedlockLock.class);
-    /** Release and extend are safe to repeat: three tries ride out a dropped connection or a brief 503. */
+    /**
+     * Release and extend are safe to repeat: three tries ride out a dropped connection or a brief 503, and a 429
+     * (over the caller's quota) is tried again after its Retry-After while the lease lives.
+     */
     private static final int ATTEMPTS = 3;
 
     private final Api api;
@@ -40,7 +43,7 @@ final class SchedlockLock extends AbstractSimpleLock {
             body.put("completed", !lease.failed());
         }
         try {
-            Api.Answer answer = api.postRetrying("release", lease.name(), body, ATTEMPTS);
+            Api.Answer answer = api.postRetrying("release", lease.name(), body, ATTEMPTS, lease.deadline());
             if (answer.status() == 200) {
                 return;
             }
@@ -70,20 +73,28 @@ final class SchedlockLock extends AbstractSimpleLock {
         body.put("lock_at_least_for", configuration.getLockAtLeastFor().toMillis());
         Api.Answer answer;
         try {
-            answer = api.postRetrying("extend", lease.name(), body, ATTEMPTS);
+            answer = api.postRetrying("extend", lease.name(), body, ATTEMPTS, lease.deadline());
         } catch (SchedlockException e) {
             // KeepAliveLockProvider runs this on its own scheduler, which would drop the exception unseen.
             log.error("schedlock: could not extend '{}'", lease.name(), e);
             throw e;
         }
         if (answer.status() == 200) {
-            lease.extended(Instant.parse((String) answer.body().get("lock_until")));
+            lease.extended(Instant.parse((String) answer.body().get("lock_until")),
+                    answer.sent() + configuration.getLockAtMostFor().toNanos());
             return Optional.of(new SchedlockLock(configuration, api, lease));
         }
         if (answer.status() == 409 || answer.status() == 404) {
             log.warn("schedlock: extending '{}' was refused ({}): the lease has expired or was taken over",
                     lease.name(), answer.code());
             // Lost: ShedLock will not unlock it (the refused lock is spent), so it is no current lease any more.
+            lease.markReleased();
+            return Optional.empty();
+        }
+        if (answer.rateLimited()) {
+            // Over the caller's quota until the lease's end: no retry fitted before it, so the lease is lost.
+            log.warn("schedlock: could not extend '{}' before its lease ran out: over the caller's quota (429 "
+                    + "rate_limited)", lease.name());
             lease.markReleased();
             return Optional.empty();
         }

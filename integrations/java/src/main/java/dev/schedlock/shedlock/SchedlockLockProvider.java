@@ -23,8 +23,10 @@ import org.slf4j.LoggerFactory;
  * A ShedLock {@code LockProvider} whose locks are schedlock's: the bean that replaces {@code JdbcTemplateLockProvider}
  * and keeps every {@code @SchedulerLock}. Every time is the database's (durations are sent relative); the lock is
  * skipped (an empty Optional) only when schedlock answers 409 {@code lock_held}, or {@code slot_done} for a name
- * configured to run once per tick. Anything else, an unreachable service, a timeout, a 5xx or a refused request,
- * throws a {@link SchedlockException} (ShedLock's {@code LockException}): the run does not happen, and says why.
+ * configured to run once per tick, or 429 {@code rate_limited} (the caller over its quota, logged as a warning).
+ * Anything else, an unreachable service, a timeout, a 5xx or a refused request, throws a {@link SchedlockException}
+ * (ShedLock's {@code LockException}): the run does not happen, and says why. An extension or a release answered 429
+ * is retried after its Retry-After while the lease lives.
  *
  * <pre>{@code
  * @Bean
@@ -78,7 +80,7 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
         }
         Api.Answer answer = api.post("acquire", name, body);
         if (answer.status() == 200) {
-            SchedlockLease lease = lease(name, answer);
+            SchedlockLease lease = lease(name, answer, answer.sent() + configuration.getLockAtMostFor().toNanos());
             SchedlockLocks.push(lease);
             return Optional.of(new SchedlockLock(configuration, api, lease));
         }
@@ -92,16 +94,23 @@ public final class SchedlockLockProvider implements ExtensibleLockProvider {
                     answer.error("completed_at"));
             return Optional.empty();
         }
+        if (answer.rateLimited()) {
+            // Over this caller's quota: no verdict on the lock, and no outage either. This run is skipped, as when
+            // the lock is held; a later trigger tries again (a warning: a quota too tight for its jobs is a bug).
+            log.warn("schedlock: '{}' not run: this caller is over its quota (429 rate_limited, retry after {} s)",
+                    name, answer.retryAfter() == null ? "?" : answer.retryAfter().toSeconds());
+            return Optional.empty();
+        }
         throw answer.failure("acquire", name);
     }
 
-    private static SchedlockLease lease(String name, Api.Answer answer) {
+    private static SchedlockLease lease(String name, Api.Answer answer, long deadline) {
         Map<String, Object> b = answer.body();
         try {
             return new SchedlockLease(name, (String) Objects.requireNonNull(b.get("token")),
                     ((Number) b.get("fencing_token")).longValue(), Instant.parse((String) b.get("locked_at")),
                     Instant.parse((String) b.get("lock_until")), (String) b.get("locked_by"),
-                    (String) b.get("slot"));
+                    (String) b.get("slot"), deadline);
         } catch (RuntimeException e) {
             // Not a lease schedlock would send (another service on that URL?): the lock's state is unknown.
             throw new SchedlockException("schedlock acquire of '" + name + "' answered 200 without a lease: "

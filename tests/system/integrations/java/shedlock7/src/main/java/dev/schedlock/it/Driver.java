@@ -67,6 +67,8 @@ public final class Driver {
             case "extend" -> extend(a[1], a[2]);
             case "extend-expired" -> extendExpired(a[1], a[2]);
             case "keepalive" -> keepAlive(a[1], a[2]);
+            case "keepalive-quota" -> keepAliveQuota(a[1], a[2], a[3], a[4]);
+            case "quota" -> quota(a[1], a[2], a[3]);
             case "failure" -> failure(SchedlockLockProvider.builder().url(a[1]), a[2]);
             case "token-failure" -> failure(SchedlockLockProvider.builder().url(a[1]).token(a[2]), a[3]);
             case "slot" -> run(SchedlockLockProvider.builder().url(a[1]).slot(a[2], () -> a[3]).build(), a[2],
@@ -208,6 +210,72 @@ public final class Driver {
         } finally {
             scheduler.shutdownNow();
         }
+        return out;
+    }
+
+    /**
+     * KeepAliveLockProvider extends a 6 s lock every 3 s for a caller whose quota (one request per 4 s) answers
+     * 429 to its extensions; the task runs 9 s while a rival (another token, its own quota) tries the lock. The
+     * release may meet a 429 its lease has no time left to wait out: reported, not thrown.
+     */
+    private static Map<String, Object> keepAliveQuota(String url, String token, String rivalToken, String name)
+            throws InterruptedException {
+        Map<String, Object> out = new LinkedHashMap<>();
+        ScheduledExecutorService scheduler = Executors.newSingleThreadScheduledExecutor();
+        try {
+            LockProvider provider = ShortKeepAlive.wrap(SchedlockLockProvider.builder().url(url).token(token).build(),
+                    scheduler, Duration.ofSeconds(1));
+            SchedlockLockProvider rival = SchedlockLockProvider.builder().url(url).token(rivalToken)
+                    .holder("rival").build();
+            LockConfiguration config = config(name, Duration.ofSeconds(6), Duration.ZERO);
+            new DefaultLockingTaskExecutor(provider).executeWithLock((Runnable) () -> {
+                SchedlockLease lease = SchedlockLocks.currentLease().orElseThrow();
+                out.put("start_until", lease.lockUntil().toString());
+                boolean rivalAcquired = false;
+                try {
+                    for (int i = 0; i < 18; i++) {
+                        Thread.sleep(500);
+                        rivalAcquired |= rival.lock(config).isPresent();
+                    }
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                out.put("lost", lease.released());
+                out.put("end_until", lease.lockUntil().toString());
+                out.put("fencing_token", lease.fencingToken());
+                out.put("rival_acquired", rivalAcquired);
+            }, config);
+        } catch (SchedlockException e) {
+            out.put("release_threw", e.getMessage());
+        } finally {
+            scheduler.shutdownNow();
+        }
+        return out;
+    }
+
+    /**
+     * A caller whose quota (burst 2, one request per 4 s) is spent by an acquire and a held answer: its next acquire
+     * (429) is a skip, not an exception, and its release (429) waits out the Retry-After within the 10 s lease.
+     */
+    private static Map<String, Object> quota(String url, String token, String name) {
+        Map<String, Object> out = new LinkedHashMap<>();
+        SchedlockLockProvider provider = SchedlockLockProvider.builder().url(url).token(token).build();
+        LockConfiguration config = config(name, Duration.ofSeconds(10), Duration.ZERO);
+        SimpleLock lock = provider.lock(config).orElseThrow();
+        out.put("held_skipped", provider.lock(config).isEmpty()); // 409 lock_held: the quota's second request
+        boolean[] ran = {false};
+        try {
+            new DefaultLockingTaskExecutor(provider).executeWithLock((Runnable) () -> ran[0] = true,
+                    config(name + "-2", Duration.ofSeconds(10), Duration.ZERO));
+            out.put("threw", null);
+        } catch (SchedlockException e) {
+            out.put("threw", e.getMessage());
+        }
+        out.put("over_quota_ran", ran[0]);
+        long start = System.nanoTime();
+        lock.unlock();
+        out.put("release_ms", (System.nanoTime() - start) / 1_000_000);
+        out.put("lease_after", SchedlockLocks.currentLease().isPresent());
         return out;
     }
 
