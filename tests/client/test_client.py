@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+import schedlock._base as base
 from schedlock import (
     AsyncLockClient,
     LeaseState,
@@ -186,6 +187,57 @@ def test_a_release_that_keeps_failing_is_logged_not_raised(
         assert "could not release lock" in caplog.text
 
 
+def rate_limited(request: httpx.Request, retry_after: int) -> httpx.Response:
+    """The answer the server gives a caller over its quota (app/auth/quotas.py)."""
+    body = {"error": {"code": "rate_limited", "message": "over quota", "retry_after": retry_after}}
+    return httpx.Response(429, json=body, headers={"Retry-After": str(retry_after)}, request=request)
+
+
+class RateLimitReleases(httpx.BaseTransport):
+    """Answers the first ``limit`` releases 429 rate_limited with ``Retry-After`` (not sent on), then the server's."""
+
+    def __init__(self, limit: int, retry_after: int = 1) -> None:
+        self.real = httpx.HTTPTransport()
+        self.limit, self.retry_after = limit, retry_after
+        self.releases = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/release"):
+            self.releases += 1
+            if self.releases <= self.limit:
+                return rate_limited(request, self.retry_after)
+        return self.real.handle_request(request)
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_release_answered_429_is_sent_again_after_retry_after(
+    url: str, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 429 is no verdict on the lease: the release waits the service's Retry-After and frees the lock, rather
+    than leaving it held until lock_at_most_for."""
+    transport = RateLimitReleases(limit=2)
+    with LockClient(url, transport=transport) as client:
+        with client.acquire(name, "1m") as lease:
+            pass
+        assert lease.state is LeaseState.RELEASED and transport.releases == 3
+        assert not client.get(name).held
+    assert caplog.text.count(f"release of {name!r} failed, retrying in 1s: rate_limited (429)") == 2
+
+
+def test_a_release_429_waits_at_most_a_bounded_time_then_gives_up(
+    url: str, name: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base, "RELEASE_MAX_RETRY_AFTER", 0.3)  # a Retry-After of an hour is waited 0.3 s at a time
+    transport = RateLimitReleases(limit=100, retry_after=3600)
+    with LockClient(url, transport=transport) as client:
+        with client.acquire(name, "1m") as lease:
+            pass
+        assert transport.releases == 4 and lease.state is LeaseState.HELD  # one try and three retries
+    assert caplog.text.count("retrying in 0.3s: rate_limited (429)") == 3 and "could not release lock" in caplog.text
+
+
 class AsyncLoseReleaseAnswers(httpx.AsyncBaseTransport):
     def __init__(self, lose: int) -> None:
         self.real = httpx.AsyncHTTPTransport()
@@ -207,6 +259,32 @@ class AsyncLoseReleaseAnswers(httpx.AsyncBaseTransport):
 
 async def test_async_release_retries_when_the_answer_is_lost(url: str, name: str) -> None:
     transport = AsyncLoseReleaseAnswers(lose=1)
+    async with AsyncLockClient(url, transport=transport) as client:
+        async with await client.acquire(name, "1m") as lease:
+            pass
+        assert lease.state is LeaseState.RELEASED and transport.releases == 2
+        assert not (await client.get(name)).held
+
+
+class AsyncRateLimitReleases(httpx.AsyncBaseTransport):
+    def __init__(self, limit: int) -> None:
+        self.real = httpx.AsyncHTTPTransport()
+        self.limit = limit
+        self.releases = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/release"):
+            self.releases += 1
+            if self.releases <= self.limit:
+                return rate_limited(request, 1)
+        return await self.real.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.real.aclose()
+
+
+async def test_async_release_answered_429_is_sent_again_after_retry_after(url: str, name: str) -> None:
+    transport = AsyncRateLimitReleases(limit=1)
     async with AsyncLockClient(url, transport=transport) as client:
         async with await client.acquire(name, "1m") as lease:
             pass

@@ -30,6 +30,7 @@ from schedlock._base import (
     jobs_call,
     list_call,
     release_call,
+    release_retry_pause,
     runs_call,
     skips_call,
     unreachable,
@@ -149,13 +150,15 @@ class AsyncLockClient:
         return AsyncLease(self, acquired, at_most, at_least or timedelta(0), started, on_lost, keep_alive=keep_alive)
 
     async def release(self, name: str, token: str, completed: bool = True) -> Released:
-        """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent). For a lease
-        with a slot, ``completed=False`` (the job failed) leaves the tick open for another run."""
+        """Release a lease by token. Retries network errors and 5xx briefly (release is idempotent), and a 429
+        rate_limited after its Retry-After (at most 10 s each time). For a lease with a slot, ``completed=False``
+        (the job failed) leaves the tick open for another run."""
         call = release_call(name, token, completed)
         for delay in RELEASE_RETRY_DELAYS:
             try:
                 return await self._send(call)
-            except ServiceUnavailable as exc:
+            except (ServiceUnavailable, RateLimited) as exc:
+                delay = release_retry_pause(exc, delay)  # a 429: its Retry-After, bounded
                 logger.warning("release of %r failed, retrying in %gs: %s", name, delay, exc)
                 await asyncio.sleep(delay)
         return await self._send(call)

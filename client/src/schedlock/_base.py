@@ -18,7 +18,15 @@ from urllib.parse import quote
 import httpx
 
 from schedlock._durations import DurationLike, format_duration, parse_duration
-from schedlock._exceptions import APIError, RequestRejected, ServiceUnreachable, UnexpectedResponse, error_class
+from schedlock._exceptions import (
+    APIError,
+    RateLimited,
+    RequestRejected,
+    ServiceUnavailable,
+    ServiceUnreachable,
+    UnexpectedResponse,
+    error_class,
+)
 from schedlock._models import (
     Acquired,
     Extended,
@@ -47,6 +55,9 @@ DEFAULT_TIMEOUT = 10.0
 #: Release retries on network errors and 5xx, with these pauses (seconds) between attempts. Safe because the
 #: server's release is idempotent: releasing again with the same token answers 200 again.
 RELEASE_RETRY_DELAYS = (0.2, 0.5, 1.0)
+#: A release answered 429 rate_limited (the caller over its quota) is retried as often, each time after the
+#: service's Retry-After, but never waiting longer than this (seconds): at most 3 x 10 s in all, never forever.
+RELEASE_MAX_RETRY_AFTER = 10.0
 
 
 class TokenFile:
@@ -323,3 +334,12 @@ def _retry_after(response: httpx.Response) -> float | None:
         return float(response.headers["retry-after"])
     except (KeyError, ValueError):
         return None
+
+
+def release_retry_pause(error: ServiceUnavailable | RateLimited, delay: float) -> float:
+    """Seconds to wait before sending a failed release again: ``delay`` after no answer or a 5xx; after a 429
+    rate_limited (no verdict on the lease) the service's Retry-After, at least ``delay`` and at most
+    :data:`RELEASE_MAX_RETRY_AFTER`."""
+    if isinstance(error, RateLimited):
+        return min(max(error.retry_after or 0.0, delay), RELEASE_MAX_RETRY_AFTER)
+    return delay

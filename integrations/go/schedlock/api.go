@@ -205,12 +205,23 @@ func (c *Client) Release(ctx context.Context, name, token string, completed bool
 	return &answer, nil
 }
 
+// ReleaseMaxRetryAfter bounds each wait of ReleaseRetrying after a 429: at most 3 x 10 s in all, never forever.
+const ReleaseMaxRetryAfter = 10 * time.Second
+
 // ReleaseRetrying is Release, retried after 0.2, 0.5 and 1 s while the service is unavailable: safe, since a
-// release is idempotent.
+// release is idempotent. A release answered 429 rate_limited (the caller over its quota: no verdict on the lease)
+// is retried as often, each time after the service's Retry-After (at least that delay, at most
+// ReleaseMaxRetryAfter). retrying, when not nil, is told each failure and the wait before the next attempt.
 func (c *Client) ReleaseRetrying(ctx context.Context, name, token string, completed bool, retrying func(error, time.Duration)) (*Released, error) {
 	for _, delay := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, time.Second} {
 		released, err := c.Release(ctx, name, token, completed)
-		if !errors.Is(err, ErrUnavailable) {
+		switch {
+		case errors.Is(err, ErrRateLimited):
+			var api *APIError
+			if errors.As(err, &api) {
+				delay = min(max(api.RetryAfter, delay), ReleaseMaxRetryAfter)
+			}
+		case !errors.Is(err, ErrUnavailable):
 			return released, err
 		}
 		if retrying != nil {

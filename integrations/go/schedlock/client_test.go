@@ -177,3 +177,50 @@ func TestDurations(t *testing.T) {
 		}
 	}
 }
+
+// A release answered 429 rate_limited is sent again after the service's Retry-After (bounded), not given up; a
+// rejection (403) is not retried.
+func TestReleaseRetryingWaitsOutA429(t *testing.T) {
+	var mu sync.Mutex
+	sent := 0
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		sent++
+		n := sent
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/v1/locks/f/release":
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"error": {"code": "forbidden", "message": "m"}}`))
+		case n <= 2:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"error": {"code": "rate_limited", "message": "m", "retry_after": 1}}`))
+		default:
+			_, _ = w.Write([]byte(`{"name": "n", "lock_until": "2026-12-05T00:00:00.000Z", "db_time": "2026-12-05T00:00:00.000Z"}`))
+		}
+	}))
+	defer server.Close()
+	var waits []time.Duration
+	released, err := (&Client{URL: server.URL}).ReleaseRetrying(context.Background(), "n", "t", true, func(err error, wait time.Duration) {
+		if !errors.Is(err, ErrRateLimited) {
+			t.Errorf("told %v", err)
+		}
+		waits = append(waits, wait)
+	})
+	if err != nil || released.Name != "n" {
+		t.Fatalf("released %v, %v", released, err)
+	}
+	if len(waits) != 2 || waits[0] != time.Second || waits[1] != time.Second {
+		t.Fatalf("waited %v, want Retry-After (1s) twice", waits)
+	}
+	mu.Lock()
+	sent = 0
+	mu.Unlock()
+	_, err = (&Client{URL: server.URL}).ReleaseRetrying(context.Background(), "f", "t", true, nil)
+	var api *APIError
+	if !errors.As(err, &api) || api.Status != http.StatusForbidden || sent != 1 {
+		t.Fatalf("a 403 was sent %d times: %v", sent, err)
+	}
+}

@@ -24,12 +24,14 @@ pytestmark = pytest.mark.system  # both commands as processes against a live ser
 #: One request per 4 s, none saved up: a caller extending every 3 s is over it. One principal per command, so that
 #: one's last requests do not spend the other's quota.
 TIGHT = {kind: Token(f"tight-{kind}", rate=0.25, burst=1) for kind in ("python", "go")}
+#: One request per 2 s, none saved up: the acquire spends it, so the release right after is answered 429.
+RELEASING = {kind: Token(f"releasing-{kind}", rate=0.5, burst=1) for kind in ("python", "go")}
 ADMIN = Token("ops", admin=True)
 
 
 @pytest.fixture(scope="module")
 def quota_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, *TIGHT.values(), ADMIN).tokens
+    tokens = with_tokens(settings, *TIGHT.values(), *RELEASING.values(), ADMIN).tokens
     assert tokens is not None
     server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
     yield server
@@ -197,6 +199,21 @@ def test_keep_alive_rides_out_429s_of_a_tight_quota(
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     assert f"could not extend lock '{name}', retrying:" in stderr and "lost" not in stderr, stderr
+
+
+def test_a_release_answered_429_is_retried_after_retry_after_and_frees_the_lock(
+    cli: Cli, quota_server: LiveServer, name: str
+) -> None:
+    """A 429 is no verdict on the lease either: the release is sent again after the service's Retry-After (2 s
+    here) and the lock is freed, not left held until --at-most (the next ticks would be skipped that long)."""
+    secret = RELEASING[cli.kind].secret
+    result = cli(quota_server.url, "run", "--name", name, "--at-most", "1m", "--", "true", SCHEDLOCK_TOKEN=secret)
+    assert result.returncode == 0, result.stderr
+    assert f"schedlock: release of '{name}' failed, retrying in 2s: rate_limited (429): " in result.stderr
+    assert "could not release" not in result.stderr, result.stderr
+    with LockClient(quota_server.url, token=ADMIN.secret) as client:
+        info = client.get(name)
+        assert not info.held and client.history(name).items[0].outcome == "released", info
 
 
 def test_a_command_ignoring_sigterm_is_killed_after_kill_after(
