@@ -15,6 +15,8 @@
 //
 // When schedlock cannot be asked, Lock logs an error and returns one: gocron skips the run (fail-closed) and calls
 // the job's AfterLockError listener. With Options.FailOpen the run goes ahead without a lock and a warning is logged.
+// A 429 rate_limited (this caller over its quota) is neither: the run is skipped with a warning, as another
+// scheduler may run it, and a release answered 429 is sent again after its Retry-After.
 // Requests go through the schedlock package of this module (the standard library's net/http), besides gocron itself
 // (and its uuid, which its listeners' signatures name).
 package schedlockgocron
@@ -42,6 +44,9 @@ var (
 	ErrDone = schedlock.ErrDone
 	// ErrUnavailable: the service could not be asked or did not answer; the lock's state is unknown.
 	ErrUnavailable = schedlock.ErrUnavailable
+	// ErrRateLimited: this caller is over its quota (429 rate_limited, docs/auth.md); the run is skipped with a
+	// warning, not taken for an outage (FailOpen does not apply).
+	ErrRateLimited = schedlock.ErrRateLimited
 )
 
 // APIError is a request the service rejected: 422 invalid_request (a bad job name as a lock name), 401
@@ -130,8 +135,9 @@ func (l *Locker) Tick(jobName string) string {
 }
 
 // Lock takes the job's lock for the tick being run. It returns an error wrapping ErrHeld or ErrDone when another
-// scheduler runs or ran the tick (gocron skips the run), and one wrapping ErrUnavailable when schedlock cannot be
-// asked (fail-closed, logged as an error) unless Options.FailOpen.
+// scheduler runs or ran the tick (gocron skips the run), one wrapping ErrRateLimited when this caller is over its
+// quota (the run skipped, logged as a warning), and one wrapping ErrUnavailable when schedlock cannot be asked
+// (fail-closed, logged as an error) unless Options.FailOpen.
 func (l *Locker) Lock(ctx context.Context, jobName string) (gocron.Lock, error) {
 	name := l.opts.LockName(jobName)
 	slot := l.tick(jobName)
@@ -142,6 +148,15 @@ func (l *Locker) Lock(ctx context.Context, jobName string) (gocron.Lock, error) 
 	switch {
 	case errors.Is(err, ErrHeld), errors.Is(err, ErrDone):
 		log.Debug("schedlock: run skipped", "reason", err)
+		return nil, err
+	case errors.Is(err, ErrRateLimited):
+		// No verdict on the lock and no outage: another scheduler, under its own quota, may run the tick.
+		var api *APIError
+		retryAfter := time.Duration(0)
+		if errors.As(err, &api) {
+			retryAfter = api.RetryAfter
+		}
+		log.Warn("schedlock: run skipped: over this caller's quota (429 rate_limited)", "retry_after", retryAfter)
 		return nil, err
 	case errors.Is(err, ErrUnavailable) && l.opts.FailOpen:
 		log.Warn("schedlock: lock service unavailable; running WITHOUT a lock (FailOpen)", "error", err)
@@ -197,7 +212,8 @@ type lease struct {
 }
 
 // Unlock releases the lock, completing the tick unless the run failed (TrackFailures). It retries on network
-// errors (release is idempotent); a release that cannot be sent is logged, and the lock frees itself at lock_until.
+// errors and 5xx, and after a 429's Retry-After (release is idempotent); a release that cannot be sent is logged,
+// and the lock frees itself at lock_until.
 func (h *lease) Unlock(ctx context.Context) error {
 	l := h.locker
 	l.mu.Lock()
@@ -209,7 +225,9 @@ func (h *lease) Unlock(ctx context.Context) error {
 	// The job's context ends with the scheduler; the release must still go out.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_, err := l.opts.Client.ReleaseRetrying(ctx, h.name, h.token, completed, nil)
+	_, err := l.opts.Client.ReleaseRetrying(ctx, h.name, h.token, completed, func(err error, wait time.Duration) {
+		l.opts.Logger.Warn("schedlock: release failed, retrying", "lock", h.name, "in", wait, "error", err)
+	})
 	switch {
 	case errors.Is(err, schedlock.ErrNotHolder):
 		l.opts.Logger.Warn("schedlock: the lock expired and was taken over before the run ended", "lock", h.name)

@@ -2,9 +2,13 @@ package schedlockgocron
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -140,6 +144,38 @@ func TestTheTickKeyIsTheServersTickForm(t *testing.T) {
 	} {
 		if got := tickKey(at); got != want {
 			t.Errorf("tickKey(%v) = %q, want %q", at, got, want)
+		}
+	}
+}
+
+// A 429 rate_limited on acquire (this caller over its quota) skips the run with a warning: Lock's error wraps
+// ErrRateLimited, not ErrUnavailable, nothing is logged as an error, and FailOpen does not run it without a lock.
+func TestOverItsQuotaARunIsSkippedWithAWarningNotAnOutage(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"error": {"code": "rate_limited", "message": "over quota", "retry_after": 3}}`))
+	}))
+	defer server.Close()
+	for _, failOpen := range []bool{false, true} {
+		logs := &syncBuffer{}
+		locker := NewLocker(Options{
+			Client:   &schedlock.Client{URL: server.URL},
+			FailOpen: failOpen,
+			Logger:   slog.New(slog.NewJSONHandler(logs, nil)),
+		})
+		lock, err := locker.Lock(context.Background(), "job")
+		if lock != nil || !errors.Is(err, ErrRateLimited) || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("FailOpen %v: Lock gave %v, %v", failOpen, lock, err)
+		}
+		var record map[string]any
+		if err := json.Unmarshal(logs.buf.Bytes(), &record); err != nil {
+			t.Fatalf("not one JSON log line: %q", logs.buf.String())
+		}
+		if record["level"] != "WARN" || !strings.Contains(record["msg"].(string), "over this caller's quota") ||
+			record["retry_after"] != float64(3*time.Second) {
+			t.Fatalf("FailOpen %v: logged %v", failOpen, record)
 		}
 	}
 }

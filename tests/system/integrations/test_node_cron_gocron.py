@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -208,12 +209,17 @@ def test_with_schedlock_down_the_job_does_not_run_unless_told_to_fail_open(
 
 #: One request per 5 s, two at once: a scheduler ticking every second (an acquire and a release a run) is over it.
 TIGHT = Token("tight", rate=0.2, burst=2)
+#: One request per 4 s, none saved up, ticking every 3 s: a run's acquire spends the bucket, its release meets a 429
+#: (Retry-After 4) and passes when sent again; the acquires of the two ticks before that meet 429s too, and spend
+#: nothing, so the retried release does not compete with them.
+TIGHT_GO = Token("tight-gocron", rate=0.25, burst=1)
+EVERY_3S = "*/3 * * * * *"
 ADMIN = Token("ops", admin=True)
 
 
 @pytest.fixture(scope="module")
 def quota_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, TIGHT, ADMIN).tokens
+    tokens = with_tokens(settings, TIGHT, TIGHT_GO, ADMIN).tokens
     assert tokens is not None
     server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
     yield server
@@ -237,6 +243,32 @@ def test_node_cron_over_its_quota_skips_ticks_and_releases_after_retry_after(
     runs = response.json()["items"]
     assert len(runs) >= 2 and {r["outcome"] for r in runs} == {"released"}, runs
     assert "retrying in" in over.stdout, "no release met a 429: not tested"
+
+
+def test_gocron_over_its_quota_skips_runs_with_a_warning_and_releases_after_retry_after(
+    gocron_example: Example, quota_server: LiveServer, job_name: str, schedulers: list[Scheduler]
+) -> None:
+    """As node-cron: a 429 on acquire skips the run (ErrRateLimited, logged as a warning), not an outage logged as
+    an error, and a release answered 429 is sent again after its Retry-After, so every run is released."""
+    over = gocron_example.start(quota_server.url, job_name, EVERY_3S, LEASE_MS="60000", SCHEDLOCK_TOKEN=TIGHT_GO.secret)
+    schedulers.append(over)
+    over.wait(lambda: len(over.of("finished")) >= 2 and len(over.of("skipped")) >= 2, "two runs and two skips", 60)
+
+    def runs() -> list[dict[str, Any]]:
+        response = httpx.get(f"{quota_server.url}/v1/locks/{job_name}/runs", headers=ADMIN.headers, timeout=10)
+        items: list[dict[str, Any]] = response.json()["items"]
+        return items
+
+    # Runs go on while we look: wait for two released ones (a release waits out its Retry-After, 4 s here).
+    over.wait(lambda: sum(r["outcome"] == "released" for r in runs()) >= 2, "two runs released", 60)
+    over.stop()
+    # Held: a tick whose acquire passed while the last run's release waited out its Retry-After. Never "unavailable".
+    reasons = {e["reason"] for e in over.of("skipped")}
+    assert "rate-limited" in reasons and reasons <= {"rate-limited", *NOT_ELECTED["gocron"]}, over.events
+    assert "over this caller's quota (429 rate_limited)" in over.stderr, over.stderr
+    assert "fail-closed" not in over.stderr and "level=ERROR" not in over.stderr, over.stderr
+    assert {r["outcome"] for r in runs()} <= {"released", "running"}, runs()  # none left to expire
+    assert "release failed, retrying" in over.stderr, "no release met a 429: not tested"
 
 
 def test_the_node_cron_adapter_type_checks(node_cron_example: Example) -> None:

@@ -81,6 +81,8 @@ func reason(err error) string {
 		return "held"
 	case errors.Is(err, schedlockgocron.ErrDone):
 		return "done"
+	case errors.Is(err, schedlockgocron.ErrRateLimited):
+		return "rate-limited"
 	case errors.Is(err, schedlockgocron.ErrUnavailable):
 		return "unavailable"
 	}
