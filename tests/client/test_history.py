@@ -25,8 +25,8 @@ from schedlock import (
     NotHolder,
 )
 from tests.support.cli import cli
-from tests.support.servers import LiveServer, start_server, stop_server
-from tests.support.tokens import Token, with_tokens
+from tests.support.servers import LiveServer, serving_tokens
+from tests.support.tokens import Token
 
 ADMIN = Token("cli-admin", admin=True)
 JOBS = Token("cli-jobs")
@@ -116,11 +116,8 @@ def test_keep_alive_reports_a_force_release_to_a_sync_body(sync_client: LockClie
 
 @pytest.fixture(scope="module")
 def token_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, ADMIN, JOBS).tokens
-    assert tokens is not None
-    server = start_server(settings, extra_env={"SCHEDLOCK_TOKENS": tokens})
-    yield server
-    stop_server(server)
+    with serving_tokens(settings, ADMIN, JOBS) as server:
+        yield server
 
 
 def test_only_an_admin_token_may_force_release(token_server: LiveServer, name: str) -> None:

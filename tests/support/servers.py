@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -15,6 +17,7 @@ import httpx
 from app.settings import Settings
 from bench.target import free_port as free_port  # the suite's servers listen where the benchmark's do
 from tests.support.patience import PROBE, START_UP
+from tests.support.tokens import Token, with_tokens
 
 
 @dataclass
@@ -91,3 +94,15 @@ def stop_server(server: LiveServer) -> str:
     if server.process.stdout is not None:
         server.process.stdout.close()
     return "".join(server.output)
+
+
+@contextlib.contextmanager
+def serving_tokens(settings: Settings, *tokens: Token) -> Iterator[LiveServer]:
+    """A server process that requires these API tokens (tests/support/tokens.py), stopped when the block ends."""
+    configured = with_tokens(settings, *tokens).tokens
+    assert configured is not None
+    server = start_server(settings, {"SCHEDLOCK_TOKENS": configured})
+    try:
+        yield server
+    finally:
+        stop_server(server)

@@ -16,8 +16,8 @@ from app.settings import Settings
 from schedlock import LockClient
 from tests.support.api import ts
 from tests.support.cli_impls import Cli
-from tests.support.servers import LiveServer, free_port, start_server, stop_server
-from tests.support.tokens import Token, with_tokens
+from tests.support.servers import LiveServer, free_port, serving_tokens
+from tests.support.tokens import Token
 
 pytestmark = pytest.mark.system  # both commands as processes against live servers; the Go binary built
 
@@ -39,11 +39,8 @@ ADMIN = Token("ops", admin=True)
 
 @pytest.fixture(scope="module")
 def token_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, BILLING, READER, ADMIN).tokens
-    assert tokens is not None
-    server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
-    yield server
-    stop_server(server)
+    with serving_tokens(settings, BILLING, READER, ADMIN) as server:
+        yield server
 
 
 def test_list_status_release(cli: Cli, url: str, name: str) -> None:

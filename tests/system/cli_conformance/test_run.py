@@ -15,8 +15,8 @@ from app.settings import Settings
 from schedlock import LockClient
 from tests.support.cli import wait_for_file, wait_until
 from tests.support.cli_impls import Cli
-from tests.support.servers import LiveServer, start_server, stop_server
-from tests.support.tokens import Token, with_tokens
+from tests.support.servers import LiveServer, serving_tokens
+from tests.support.tokens import Token
 
 pytestmark = pytest.mark.system  # both commands as processes against a live server; the Go binary built
 
@@ -31,11 +31,8 @@ ADMIN = Token("ops", admin=True)
 
 @pytest.fixture(scope="module")
 def quota_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, *TIGHT.values(), *RELEASING.values(), ADMIN).tokens
-    assert tokens is not None
-    server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
-    yield server
-    stop_server(server)
+    with serving_tokens(settings, *TIGHT.values(), *RELEASING.values(), ADMIN) as server:
+        yield server
 
 
 def run(

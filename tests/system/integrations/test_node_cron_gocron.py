@@ -23,8 +23,8 @@ from tests.support.api import ts
 from tests.support.polyglot import node_command
 from tests.support.polyglot import row as lock_row
 from tests.support.schedulers_js_go import GO_MODULE, Example, Scheduler, build_gocron, build_node_cron, tool
-from tests.support.servers import LiveServer, free_port, start_server, stop_server
-from tests.support.tokens import Token, with_tokens
+from tests.support.servers import LiveServer, free_port, serving_tokens
+from tests.support.tokens import Token
 
 EVERY_2S = "*/2 * * * * *"
 EVERY_1S = "* * * * * *"
@@ -219,11 +219,8 @@ ADMIN = Token("ops", admin=True)
 
 @pytest.fixture(scope="module")
 def quota_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, TIGHT, TIGHT_GO, ADMIN).tokens
-    assert tokens is not None
-    server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
-    yield server
-    stop_server(server)
+    with serving_tokens(settings, TIGHT, TIGHT_GO, ADMIN) as server:
+        yield server
 
 
 def test_node_cron_over_its_quota_skips_ticks_and_releases_after_retry_after(

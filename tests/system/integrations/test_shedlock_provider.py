@@ -19,14 +19,14 @@ from tests.support.servers import (
     LiveServer,
     free_port,
     server_env,
+    serving_tokens,
     spawn_server,
-    start_server,
     stop_server,
     wait_for,
 )
 from tests.support.shedlock_provider import Driver, acquire, build, lock_runs, when
 from tests.support.shedlock_provider import lock_row as lock
-from tests.support.tokens import Token, with_tokens
+from tests.support.tokens import Token
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +97,8 @@ ADMIN = Token("ops", admin=True)
 
 @pytest.fixture(scope="module")
 def quota_server(settings: Settings) -> Iterator[LiveServer]:
-    tokens = with_tokens(settings, TIGHT, SPENT, ADMIN).tokens
-    assert tokens is not None
-    server = start_server(settings, {"SCHEDLOCK_TOKENS": tokens})
-    yield server
-    stop_server(server)
+    with serving_tokens(settings, TIGHT, SPENT, ADMIN) as server:
+        yield server
 
 
 def admin_runs(server: LiveServer, name: str) -> list[dict[str, Any]]:
