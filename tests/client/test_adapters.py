@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,8 +70,11 @@ def test_a_ticks_message_expires_at_the_next_tick() -> None:
 
 
 def memory_app() -> Celery:
+    """A Celery app on kombu's in-memory broker, with a queue of its own: that broker's queues are shared by the whole
+    process, so a message one test left unconsumed must not reach the next test's worker."""
     app = Celery("expiry", broker="memory://", backend="cache+memory://", set_as_current=False)
     app.conf.timezone = "UTC"
+    app.conf.task_default_queue = f"expiry-{uuid.uuid4().hex}"
     return app
 
 
