@@ -3,28 +3,12 @@ TIMESTAMPTZ times or longer names keep working, recorded in UTC; running it agai
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-from alembic import command
-
-from app.db import migrate
 from app.settings import Settings
 from tests.support.api import acquire, release, seconds
-from tests.support.apps import fresh_table, in_process
+from tests.support.apps import in_process, upgrade_to
 from tests.support.java import JavaNode
-
-
-@pytest.fixture
-async def fresh(database_url: str) -> AsyncIterator[tuple[Any, Settings]]:
-    async with fresh_table(database_url, "hmig") as pair:
-        yield pair
-
-
-async def upgrade(settings: Settings, revision: str = "head") -> None:
-    await asyncio.to_thread(command.upgrade, migrate.alembic_config(settings), revision)
 
 
 async def java_table(conn: Any, settings: Settings, *, name: str, ts: str, by: str) -> None:
@@ -42,25 +26,25 @@ def runs_table(settings: Settings) -> str:
 
 async def test_leases_held_during_the_upgrade_get_their_run(fresh: tuple[Any, Settings]) -> None:
     conn, settings = fresh
-    await upgrade(settings, "0001")
+    await upgrade_to(settings, "0001")
     java = JavaNode(conn, settings.table, hostname="java-host-1")
     await java.insert_or_take_over("held", 600.0)
     await java.insert_or_take_over("free", 600.0)
     await java.unlock("free", 0.0)
-    await upgrade(settings)
+    await upgrade_to(settings)
     rows = await conn.fetch(f"SELECT name, outcome, fencing_token FROM {runs_table(settings)}")
     assert [(r["name"], r["outcome"]) for r in rows] == [("held", "running")]
     assert rows[0]["fencing_token"] == (await java.row("held"))["fencing_token"]
     await java.unlock("held", 0.0)
     assert await conn.fetchval(f"SELECT outcome FROM {runs_table(settings)}") == "released"
-    await upgrade(settings)  # again: nothing changes
+    await upgrade_to(settings)  # again: nothing changes
     assert await conn.fetchval(f"SELECT count(*) FROM {runs_table(settings)}") == 1
 
 
 async def test_a_timestamptz_table_is_recorded_in_utc(fresh: tuple[Any, Settings]) -> None:
     conn, settings = fresh
     await java_table(conn, settings, name="VARCHAR(64)", ts="TIMESTAMPTZ", by="VARCHAR(255)")
-    await upgrade(settings)
+    await upgrade_to(settings)
     java = JavaNode(conn, settings.table, hostname="java-host-1")
     await java.insert_or_take_over("java-job", 600.0)
     async with in_process(settings) as (_, client):
@@ -80,7 +64,7 @@ async def test_an_adopted_table_with_longer_names_keeps_working(fresh: tuple[Any
     # A history row that does not fit must never make the lock change itself fail.
     conn, settings = fresh
     await java_table(conn, settings, name="VARCHAR(255)", ts="TIMESTAMP", by="VARCHAR(1000)")
-    await upgrade(settings)
+    await upgrade_to(settings)
     java = JavaNode(conn, settings.table, hostname="h" * 900)
     assert await java.insert_or_take_over("n" * 200, 600.0)
     assert await conn.fetchval(f"SELECT length(locked_by) FROM {runs_table(settings)}") == 900

@@ -4,29 +4,16 @@ and schedlock write through the trigger, rebuilt when a failed build left it inv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
-from alembic import command
 
-from app.db import migrate
 from app.settings import Settings
-from tests.support.apps import fresh_table
+from tests.support.apps import upgrade_to
 from tests.support.java import JavaNode
 
 INDEX = "shedlock_runs_name_acquired_idx"
-
-
-@pytest.fixture
-async def fresh(database_url: str) -> AsyncIterator[tuple[Any, Settings]]:
-    async with fresh_table(database_url, "hidx") as pair:
-        yield pair
-
-
-async def upgrade(settings: Settings, revision: str = "head") -> None:
-    await asyncio.to_thread(command.upgrade, migrate.alembic_config(settings), revision)
 
 
 async def index_state(conn: Any, settings: Settings) -> tuple[bool, str] | None:
@@ -42,7 +29,7 @@ async def test_the_index_is_built_while_java_nodes_keep_acquiring(
     fresh: tuple[Any, Settings], database_url: str
 ) -> None:
     conn, settings = fresh
-    await upgrade(settings, "0005")
+    await upgrade_to(settings, "0005")
     runs = f'"{settings.table_schema}".shedlock_runs'
     await conn.execute(
         f"""INSERT INTO {runs} (name, fencing_token, locked_by, acquired_at, lock_until, outcome)
@@ -58,7 +45,7 @@ async def test_the_index_is_built_while_java_nodes_keep_acquiring(
         open_tx = first.transaction()
         await open_tx.start()
         assert await JavaNode(first, settings.table, "java-1").insert_or_take_over("java.first", 60.0)
-        migrating = asyncio.create_task(upgrade(settings))
+        migrating = asyncio.create_task(upgrade_to(settings))
         # The build has started once it waits for the open transaction.
         while not await conn.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' "
@@ -98,7 +85,7 @@ async def test_the_index_is_built_while_java_nodes_keep_acquiring(
 
 async def test_an_invalid_index_left_by_a_failed_build_is_built_again(fresh: tuple[Any, Settings]) -> None:
     conn, settings = fresh
-    await upgrade(settings, "0005")
+    await upgrade_to(settings, "0005")
     runs = f'"{settings.table_schema}".shedlock_runs'
     await conn.execute(
         f"""INSERT INTO {runs} (name, fencing_token, locked_by, acquired_at, lock_until)
@@ -109,8 +96,8 @@ async def test_an_invalid_index_left_by_a_failed_build_is_built_again(fresh: tup
         await conn.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {INDEX} ON {runs} (name, acquired_at)")
     left = await index_state(conn, settings)
     assert left is not None and not left[0], left
-    await upgrade(settings)
+    await upgrade_to(settings)
     valid, definition = await index_state(conn, settings) or (False, "")
     assert valid and "UNIQUE" not in definition, definition
-    await upgrade(settings)  # again: nothing changes
+    await upgrade_to(settings)  # again: nothing changes
     assert await index_state(conn, settings) == (True, definition)

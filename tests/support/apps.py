@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+from alembic import command
 from fastapi import FastAPI
 from pydantic import SecretStr
 
@@ -60,6 +61,11 @@ async def fresh_table(database_url: str, prefix: str) -> AsyncIterator[tuple[Any
     finally:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()
+
+
+async def upgrade_to(settings: Settings, revision: str = "head") -> None:
+    """Alembic's upgrade of ``settings``' table to ``revision`` (a migration's id, or head), from async code."""
+    await asyncio.to_thread(command.upgrade, migrate.alembic_config(settings), revision)
 
 
 @asynccontextmanager
