@@ -107,10 +107,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         formatter_class=formatter,
         usage="schedlock run --name NAME --at-most DURATION [options] -- COMMAND [ARGS...]",
     )
-    run_parser.add_argument("--name", required=True, help="lock name (1-64 characters, no '/')")
-    run_parser.add_argument(
-        "--at-most", required=True, metavar="DURATION", help="lock_at_most_for: e.g. 10m, 2h, PT90M"
-    )
+    # --name, --at-most and COMMAND are required (checked in _require: argparse would not name a REMAINDER).
+    run_parser.add_argument("--name", help="lock name (1-64 characters, no '/')")
+    run_parser.add_argument("--at-most", metavar="DURATION", help="lock_at_most_for: e.g. 10m, 2h, PT90M")
     run_parser.add_argument(
         "--at-least", default="0s", metavar="DURATION", help="lock_at_least_for: keep the lock this long (default 0s)"
     )
@@ -145,7 +144,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run_parser.add_argument(
         "-v", "--verbose", action="store_true", help="say on stderr when the lock is held or the tick done"
     )
-    run_parser.add_argument("command", nargs="+", metavar="COMMAND", help="the command to run, after --")
+    # COMMAND is every word from the first that is not an option (or after --): the command's own options stay its
+    # own (`-v`, `--name`...), as with env, nice or timeout.
+    run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
 
     list_parser = sub.add_parser(
         "list", parents=[common], help="list locks", epilog=EXIT_CODES, formatter_class=formatter
@@ -180,6 +181,8 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser, run_parser = _parser()
     args = parser.parse_args(argv)
+    if args.command_name == "run":
+        _require(run_parser, args)
     _configure_logging(verbose=getattr(args, "verbose", False))
     client = LockClient(args.url, token=args.api_token, timeout=args.timeout)
     try:
@@ -220,6 +223,17 @@ def _configure_logging(verbose: bool) -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.INFO if verbose else logging.WARNING)
     logger.propagate = False
+
+
+def _require(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """run's required arguments, named as argparse names missing ones; COMMAND without the ``--`` before it."""
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    missing = [option for option, value in (("--name", args.name), ("--at-most", args.at_most)) if value is None]
+    if not args.command:
+        missing.append("COMMAND")
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
 
 
 def _run_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> RunOptions:

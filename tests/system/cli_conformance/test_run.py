@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.settings import Settings
-from schedlock import LockClient
+from schedlock import LockClient, LockNotFound
 from tests.support.cli import wait_for_file, wait_until
 from tests.support.cli_impls import Cli
 from tests.support.servers import LiveServer, serving_tokens
@@ -57,6 +57,20 @@ def test_the_command_gets_the_lock_in_its_environment_and_its_exit_code_comes_ba
     with LockClient(url) as client:
         info = client.get(name)
     assert not info.held and info.fencing_token == int(fencing) and info.locked_by.startswith("sh on ")
+
+
+def test_the_commands_own_options_are_its_own_with_or_without_dashes(cli: Cli, url: str, name: str) -> None:
+    """COMMAND starts at the first word that is not one of run's options: a `-v` or `--name` after it is the
+    command's (as with env or timeout), not run's; `--` before it is the same."""
+    other = f"{name}-other"
+    for dashes in ((), ("--",)):
+        args = ("run", "--name", name, "--at-most", "1m", *dashes, "echo", "-v", "--name", other, "-n")
+        result = cli(url, *args)
+        assert (result.returncode, result.stdout, result.stderr) == (0, f"-v --name {other} -n\n", "")
+    with LockClient(url) as client:
+        assert client.get(name).fencing_token is not None  # run took this lock, not the command's --name
+        with pytest.raises(LockNotFound):
+            client.get(other)
 
 
 def test_held_skips_quietly_with_the_held_exit_code_and_says_who_with_v(cli: Cli, url: str, name: str) -> None:

@@ -35,6 +35,11 @@ def test_the_same_help_and_version(py_schedlock: Cli, go_schedlock: Cli, args: l
         ["force-release", "x"],
         ["runs", "x", "--limit", "many"],
         ["run", "--at", "1m", "--", "true"],
+        ["run"],
+        ["run", "--name", "x", "--at-most", "1m"],
+        ["run", "--name", "x", "--at-most", "1m", "--"],
+        ["run", "--at-most", "1m", "--", "--name", "x"],  # after --, the command's
+        ["run", "--name", "x", "--at-most", "1m", "--bogus", "true"],
     ],
     ids=str,
 )
