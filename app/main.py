@@ -19,7 +19,7 @@ from app.api.routes import metrics as metrics_route
 from app.auth.authenticator import Authenticator
 from app.auth.exposure import is_loopback
 from app.db.durability import warn_if_commits_may_be_lost
-from app.db.migrate import head_revision, known_revisions, schema_problem, version_table_for
+from app.db.revisions import schema_problem, version_table_for
 from app.db.schema import qualified_name, skips_table
 from app.db.statements import close_pool, create_pool
 from app.errors import StorageUnavailable
@@ -165,8 +165,6 @@ def create_app(
     app.state.metrics = metrics
     app.state.auth = authenticator
     app.state.services = services
-    app.state.schema_revision = head_revision()
-    app.state.known_revisions = known_revisions()
     app.state.version_table = qualified_name(version_table_for(settings), settings.table_schema)
     install_error_handlers(app)
     # The lock routes on the app's own router, first: matched before any other, without the walk into an included
@@ -197,7 +195,7 @@ async def _warn_if_not_migrated(app: FastAPI, settings: Settings) -> None:
         current = await app.state.store.schema_revision(app.state.version_table)
     except StorageUnavailable:
         return
-    problem = schema_problem(current, app.state.schema_revision, app.state.known_revisions)
+    problem = schema_problem(current)
     if problem is not None:
         logger.warning(
             "table %s %s: lock requests will fail until it is; run `schedlock-server migrate` with the same "

@@ -22,15 +22,18 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.auth.config import AuthConfig, parse_config
 from app.auth.principal import OPEN, Principal, principal_of
 from app.auth.quotas import RateLimiter
 from app.auth.tokens import B64TOKEN, TokenConfigError, TokenEntry, digest
-from app.auth.workload import WorkloadIdentity
 from app.background import in_background
 from app.errors import Unauthorized
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.auth.workload import WorkloadIdentity
 
 __all__ = ["OPEN", "Authenticator", "Principal", "build_table"]
 
@@ -136,9 +139,12 @@ class Authenticator:
                 raise TokenConfigError(f"{self._file}: {exc}") from None
         table = build_table(config.tokens)
         try:
-            identity = (
-                WorkloadIdentity(config.issuers, config.bindings, previous=self._identity) if config.issuers else None
-            )
+            identity = None
+            if config.issuers:
+                # PyJWT and cryptography (~9 MB of a server's memory) only for a server that verifies JWTs.
+                from app.auth.workload import WorkloadIdentity
+
+                identity = WorkloadIdentity(config.issuers, config.bindings, previous=self._identity)
         except ValueError as exc:  # a PEM key that is none
             raise TokenConfigError(str(exc)) from None
         if not table and identity is None:

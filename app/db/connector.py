@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from app.db.migrate import encoding_problem
+from app.db.revisions import encoding_problem
 from app.settings import Settings
 
 logger = logging.getLogger("schedlock.db")

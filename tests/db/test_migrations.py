@@ -5,26 +5,19 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from app.db import migrate
+from app.db import migrate, revisions
 from app.settings import Settings
-from tests.support.apps import fresh_table, in_process
+from tests.support.apps import in_process
 from tests.support.java import JavaNode
 from tests.support.servers import free_port
 
 JAVA_DDL = """CREATE TABLE {t}(name VARCHAR(64) NOT NULL, lock_until {ts} NOT NULL,
     locked_at {ts} NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))"""
-
-
-@pytest.fixture
-async def fresh(database_url: str) -> AsyncIterator[tuple[Any, Settings]]:
-    async with fresh_table(database_url, "mig") as pair:
-        yield pair
 
 
 async def upgrade(settings: Settings) -> None:
@@ -110,8 +103,8 @@ async def test_running_twice_is_a_no_op(fresh: tuple[Any, Settings]) -> None:
     assert await conn.fetchval(catalog, settings.table) == 3
     runs = f'"{settings.table_schema}"."{settings.table_name}_runs"'
     assert await conn.fetchval(f"SELECT count(*) FROM {runs}") == 1
-    version_table = f'"{settings.table_schema}"."{migrate.version_table_for(settings)}"'
-    assert await conn.fetchval(f"SELECT version_num FROM {version_table}") == migrate.head_revision()
+    version_table = f'"{settings.table_schema}"."{revisions.version_table_for(settings)}"'
+    assert await conn.fetchval(f"SELECT version_num FROM {version_table}") == revisions.HEAD
 
 
 async def test_the_cli_migrates(fresh: tuple[Any, Settings]) -> None:
@@ -122,7 +115,7 @@ async def test_the_cli_migrates(fresh: tuple[Any, Settings]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", settings.table)
-    assert f"created table {settings.table} at schema revision {migrate.head_revision()}" in result.stderr
+    assert f"created table {settings.table} at schema revision {revisions.HEAD}" in result.stderr
     again = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "app", "migrate"], env=env, capture_output=True, text=True
     )
@@ -183,12 +176,37 @@ async def test_readyz_accepts_a_newer_schema_and_refuses_none(fresh: tuple[Any, 
 
     conn, settings = fresh
     await upgrade(settings)
-    version_table = f'"{settings.table_schema}"."{migrate.version_table_for(settings)}"'
+    version_table = f'"{settings.table_schema}"."{revisions.version_table_for(settings)}"'
     async with in_process(settings) as (_, client):
         assert (await client.get("/readyz")).status_code == 200
         # A newer release migrated ahead of this one (rolling upgrade): this one may keep serving.
         await conn.execute(f"UPDATE {version_table} SET version_num = 'from_a_newer_release'")
         assert (await client.get("/readyz")).status_code == 200
+        # An older revision of this release's: not yet migrated to what this release needs.
+        await conn.execute(f"UPDATE {version_table} SET version_num = $1", revisions.REVISIONS[-2])
+        r = await client.get("/readyz")
+        assert r.status_code == 503 and f"expected {revisions.HEAD}" in r.json()["error"]["message"]
         await conn.execute(f"DELETE FROM {version_table}")
         r = await client.get("/readyz")
         assert r.status_code == 503 and "migrate" in r.json()["error"]["message"]
+
+
+def test_the_servers_revisions_are_the_migrations_alembic_finds() -> None:
+    """app.db.revisions lists the revisions so that a serving process needs no Alembic: a new migration must be added
+    there too, oldest first."""
+    assert migrate.revisions() == revisions.REVISIONS
+    assert revisions.REVISIONS[-1] == revisions.HEAD and frozenset(migrate.revisions()) == revisions.KNOWN
+
+
+def test_serving_imports_neither_alembic_nor_a_jwt_library() -> None:
+    """Alembic (~8 MB) is for `schedlock-server migrate`, PyJWT with cryptography (~9 MB) for workload identity:
+    an app with static tokens (the default) loads neither."""
+    code = (
+        "import sys\n"
+        "from app.main import create_app\n"
+        "from app.settings import Settings\n"
+        "create_app(Settings(tokens='{\"tokens\": []}'))\n"
+        "print(sorted(m for m in ('alembic', 'jwt', 'cryptography') if m in sys.modules))\n"
+    )
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", loaded

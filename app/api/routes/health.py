@@ -8,7 +8,7 @@ from starlette.responses import Response
 from app.api import openapi as doc
 from app.api.deps import StoreDep
 from app.api.models import Health
-from app.db.migrate import encoding_problem, is_ready_revision
+from app.db.revisions import HEAD, encoding_problem, is_ready_revision
 from app.errors import DatabaseUnsuitable, StorageUnavailable
 
 router = APIRouter(tags=["health"])
@@ -42,10 +42,9 @@ async def readyz(request: Request, store: StoreDep) -> Response:
     problem = encoding_problem(encoding)
     if problem is not None:
         raise DatabaseUnsuitable(problem)
-    expected: str = request.app.state.schema_revision
     current = await store.schema_revision(request.app.state.version_table)
-    if not is_ready_revision(current, expected, request.app.state.known_revisions):
+    if not is_ready_revision(current):
         raise StorageUnavailable(
-            f"schema is at revision {current or 'none'}, expected {expected}; run `schedlock-server migrate`"
+            f"schema is at revision {current or 'none'}, expected {HEAD}; run `schedlock-server migrate`"
         )
     return Response(content=b'{"status":"ready"}', media_type="application/json")

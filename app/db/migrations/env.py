@@ -10,7 +10,8 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.db.migrate import UnsuitableDatabase, encoding_problem, version_table_for
+from app.db.migrate import UnsuitableDatabase
+from app.db.revisions import encoding_problem, version_table_for
 from app.settings import Settings
 
 settings: Settings = context.config.attributes["settings"]
