@@ -193,6 +193,7 @@ def telling_lines(cluster: PatroniCluster, since: str) -> list[str]:
 
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--scenario", choices=["restart", "orphan"], default="restart", help="see the module's text")
     parser.add_argument("--attempts", type=int, default=3, help="restarts of the leader's Patroni at most (step 1)")
     parser.add_argument("--keep", help="keep every log of the cluster in this directory")
     args = parser.parse_args()
@@ -201,11 +202,36 @@ async def main() -> int:
     started = time.monotonic()
     version = (await asyncio.create_subprocess_exec("patroni", "--version", stdout=asyncio.subprocess.PIPE)).stdout
     assert version is not None
-    say(started, f"{(await version.read()).decode().strip()}; starting the cluster")
+    say(started, f"{(await version.read()).decode().strip()}; scenario {args.scenario}; starting the cluster")
     cluster = await asyncio.to_thread(patroni_cluster, synchronous=True)
     since = time.strftime("%Y-%m-%d %H:%M:%S")
     try:
-        return await run(cluster, args.attempts, started, since)
+        leader = cluster.node(await asyncio.to_thread(cluster.wait_healthy))
+        await asyncio.to_thread(sql, leader, f"CREATE TABLE {TABLE} (n int PRIMARY KEY, at timestamptz DEFAULT now())")
+        say(started, f"healthy: leader {leader.name}, /sync {sync_key(cluster)}, s_s_n {ssn(leader)!r}")
+        if args.scenario == "restart":
+            writer, mark, what = await restart(cluster, leader, args.attempts, started)
+        else:
+            writer, mark, what = await orphan(cluster, leader, started)
+
+        def promoted() -> bool:
+            members = cluster.members()
+            return any(m["name"] != leader.name and m["role"] == "leader" and m["state"] == "running" for m in members)
+
+        await asyncio.to_thread(poll, promoted, 120, "a new leader")
+        new = cluster.node(str(cluster.leader()))
+        present = {int(r[0]) for r in await asyncio.to_thread(sql, new, f"SELECT n FROM {TABLE}")}
+        missing = [r for r, _ in writer.acked if r not in present]
+        early = [r for r, t in writer.acked if r not in present and t <= mark]
+        late = [r for r, t in writer.acked if t > mark]
+        say(started, f"new leader {new.name}; /sync {sync_key(cluster)}")
+        print("\n".join(telling_lines(cluster, since)))
+        print(
+            f"\nRESULT {leader.name} -> {new.name}: {len(writer.acked)} rows acknowledged, {len(late)} of them {what}; "
+            f"{len(writer.warned)} warned, {writer.failed} failed; missing on {new.name}: {len(missing)} "
+            f"({missing[:5]}{'...' if len(missing) > 5 else ''}), of them acknowledged before that: {len(early)}"
+        )
+        return 1 if missing else 0
     finally:
         for node in cluster.nodes:  # nothing left stopped: destroy() kills what is left
             for pid in [*(p for p in [node.process.pid if node.process else None] if p), *node.postgres_pids()]:
@@ -214,18 +240,14 @@ async def main() -> int:
         await asyncio.to_thread(cluster.destroy)
 
 
-async def run(cluster: PatroniCluster, attempts: int, started: float, since: str) -> int:
-    leader = cluster.node(await asyncio.to_thread(cluster.wait_healthy))
-    await asyncio.to_thread(sql, leader, f"CREATE TABLE {TABLE} (n int PRIMARY KEY, at timestamptz DEFAULT now())")
-    say(started, f"healthy: leader {leader.name}, /sync {sync_key(cluster)}, s_s_n {ssn(leader)!r}")
-
+async def restart(cluster: PatroniCluster, leader: Node, attempts: int, started: float) -> tuple[Writer, float, str]:
+    """Steps 1-4 of the module's text. Returns the writer, when X stopped, and what the rows after that are."""
     named = await asyncio.to_thread(stale_star, cluster, leader, attempts, started)
     x_name = named or (sync_key(cluster) or {}).get("sync_standby") or ""
     assert x_name, f"no standby named in /sync: {sync_key(cluster)}"
     x = cluster.node(str(x_name).split(",")[0])
     y = next(n for n in cluster.nodes if n.name not in (leader.name, x.name))
     say(started, f"X = {x.name} (named in /sync), Y = {y.name}; s_s_n {ssn(leader)!r}, {replication(leader)}")
-
     writer = Writer(f"postgresql://postgres@127.0.0.1:{leader.pg_port}/postgres")
     writing = asyncio.create_task(writer.run())
     await asyncio.sleep(1.0)
@@ -237,22 +259,18 @@ async def run(cluster: PatroniCluster, attempts: int, started: float, since: str
     os.kill(receiver, signal.SIGSTOP)
     frozen_at = time.monotonic()
     os.kill(patroni_pid, signal.SIGSTOP)
-    acked_before = len(writer.acked)
-    say(started, f"SIGSTOP {x.name}'s walreceiver ({receiver}) and {leader.name}'s Patroni; {acked_before} acked")
+    say(started, f"SIGSTOP {x.name}'s walreceiver ({receiver}) and {leader.name}'s Patroni; {len(writer.acked)} acked")
 
     # Step 3: the walsender of X goes (wal_sender_timeout), Y confirms.
     def y_confirms() -> bool:
         return x.name not in replication(leader) and sum(1 for _, t in writer.acked if t > frozen_at + 0.5) >= 20
 
     deadline = time.monotonic() + 30
-    while not await asyncio.to_thread(y_confirms):
-        if time.monotonic() > deadline:
-            break
+    # The leader's walsenders are no event: polled.
+    while not await asyncio.to_thread(y_confirms) and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.2)
-    states, value = replication(leader), ssn(leader)
-    key = sync_key(cluster)
-    after = [r for r, t in writer.acked if t > frozen_at]
-    say(started, f"s_s_n {value!r}, /sync {key}, pg_stat_replication {states}; {len(after)} acked since the stop")
+    value, key = ssn(leader), sync_key(cluster)
+    say(started, f"s_s_n {value!r}, /sync {key}, pg_stat_replication {replication(leader)}")
 
     # Step 4: the leader's Postgres dies; everything stopped goes on; Patroni fails over.
     cluster.kill_postgres(leader)
@@ -261,26 +279,77 @@ async def run(cluster: PatroniCluster, attempts: int, started: float, since: str
     os.kill(receiver, signal.SIGCONT)
     os.kill(patroni_pid, signal.SIGCONT)
     say(started, f"SIGKILL {leader.name}'s Postgres; SIGCONT the rest; {len(writer.acked)} acked in all")
+    return writer, frozen_at, f"acknowledged after {x.name} stopped (under s_s_n {value!r}, /sync {key})"
 
-    def promoted() -> bool:
-        members = cluster.members()
-        return any(m["name"] != leader.name and m["role"] == "leader" and m["state"] == "running" for m in members)
 
-    await asyncio.to_thread(poll, promoted, 120, "a new leader")
-    new = cluster.node(str(cluster.leader()))
-    present = {int(r[0]) for r in await asyncio.to_thread(sql, new, f"SELECT n FROM {TABLE}")}
-    missing = [r for r, _ in writer.acked if r not in present]
-    missing_before = [r for r, t in writer.acked if r not in present and t <= frozen_at]
-    say(started, f"new leader {new.name}; /sync {sync_key(cluster)}")
-    print("\n".join(telling_lines(cluster, since)))
-    print(
-        f"\nRESULT {leader.name} -> {new.name}: {len(writer.acked)} rows acknowledged ({len(after)} after "
-        f"{x.name} stopped, confirmed by {y.name} under s_s_n {value!r} while /sync was {key}), "
-        f"{len(writer.warned)} warned, {writer.failed} failed; missing on {new.name}: {len(missing)} "
-        f"({missing[:5]}{'...' if len(missing) > 5 else ''}), of them acknowledged before the stop: "
-        f"{len(missing_before)}"
+async def orphan(cluster: PatroniCluster, leader: Node, started: float) -> tuple[Writer, float, str]:
+    """The Patroni tests' kill_patroni fault and its heal, with Y's Patroni slow to move Y to the new leader."""
+    x = cluster.node(str((sync_key(cluster) or {}).get("sync_standby")))
+    y = next(n for n in cluster.nodes if n.name not in (leader.name, x.name))
+    writer = Writer(f"postgresql://postgres@127.0.0.1:{leader.pg_port}/postgres")
+    writing = asyncio.create_task(writer.run())
+    await asyncio.sleep(1.0)
+    assert y.process is not None
+    os.kill(y.process.pid, signal.SIGSTOP)  # Y goes on streaming from the old leader
+    cluster.kill_patroni(leader)
+    say(started, f"SIGSTOP {y.name}'s Patroni, SIGKILL {leader.name}'s Patroni; {len(writer.acked)} acked")
+
+    def x_leads() -> bool:
+        return any(m["name"] == x.name and m["role"] == "leader" and m["state"] == "running" for m in cluster.members())
+
+    await asyncio.to_thread(poll, x_leads, 120, f"{x.name} to lead")
+    led_at = time.monotonic()
+    # The old leader's commits now wait (for X): once none was acknowledged for 2 s.
+    while writer.acked and time.monotonic() - writer.acked[-1][1] < 2:  # noqa: ASYNC110
+        await asyncio.sleep(0.2)
+    say(
+        started,
+        f"{x.name} leads; {leader.name}'s commits wait: s_s_n {ssn(leader)!r}, {replication(leader)}, "
+        f"{len(writer.acked)} acked; starting {leader.name}'s Patroni again (the test's heal)",
     )
-    return 1 if missing else 0
+    url = f"postgresql://postgres@127.0.0.1:{leader.pg_port}/postgres"
+    watch, kick = await asyncpg.connect(url, timeout=5), await asyncpg.connect(url, timeout=5)
+    await kick.execute("SET synchronous_commit TO local")  # its commits wait for nobody: WAL for Y to answer
+
+    async def kicking() -> None:
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            while not writing.done():
+                await kick.execute("SELECT pg_catalog.pg_logical_emit_message(true, 'kick', '')")
+                await asyncio.sleep(0.02)
+
+    kicker = asyncio.create_task(kicking())
+    cluster.start_patroni(leader)
+    assert leader.process is not None
+    seen = ""
+    deadline = time.monotonic() + 30
+    # The restarted Patroni reloads its Postgres before its first HA loop; that loop demotes it (no leader key).
+    # The moment '*' is in force the new Patroni is held 3 s: a first loop as late as a loaded machine makes it.
+    while time.monotonic() < deadline and not writing.done():
+        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            seen = str(await watch.fetchval("SHOW synchronous_standby_names"))
+        if seen == "*":
+            os.kill(leader.process.pid, signal.SIGSTOP)
+            break
+        await asyncio.sleep(0.002)
+    held = seen == "*"
+    acked = len(writer.acked)
+    if held:
+        await asyncio.sleep(3)
+        os.kill(leader.process.pid, signal.SIGCONT)
+    say(
+        started,
+        f"{leader.name}'s new Patroni set s_s_n {seen!r}; "
+        + (f"held 3 s: {len(writer.acked) - acked} acknowledged meanwhile" if held else "not held (missed)"),
+    )
+    await asyncio.wait({writing}, timeout=60)  # the writer ends when the old leader's Postgres goes
+    writer.running = False
+    await writing
+    await kicker
+    for conn in (watch, kick):
+        conn.terminate()
+    os.kill(y.process.pid, signal.SIGCONT)
+    say(started, f"{leader.name}'s Postgres is down or demoted; SIGCONT {y.name}'s Patroni")
+    return writer, led_at, f"acknowledged by the old leader after {x.name} led"
 
 
 if __name__ == "__main__":
