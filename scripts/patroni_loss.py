@@ -1,34 +1,47 @@
 """Patroni's strict synchronous mode losing acknowledged commits: a deterministic reproduction (issue 46, part 1).
 
-    .venv/bin/python scripts/patroni_loss.py [--attempts 3] [--keep DIR]
+    .venv/bin/python scripts/patroni_loss.py [--scenario restart|orphan] [--attempts 3] [--keep DIR]
     PATH=/work/repro/patroni-new/bin:$PATH .venv/bin/python scripts/patroni_loss.py   # another Patroni from PATH
 
 It runs the Patroni system tests' cluster (tests/support/patroni.py: etcd, three nodes, ``synchronous_mode`` +
-``synchronous_mode_strict``, ttl 10, loop_wait 1, wal_sender_timeout 5s), with whatever ``patroni`` is first in
-PATH (Debian's 3.0.2 by default), and writes plain ``INSERT``s (``synchronous_commit=on``, autocommit, one at a
-time) straight to the leader, counting a row acknowledged when its commit returned with no warning. The sequence:
+``synchronous_mode_strict``, ttl 10, loop_wait 1, wal_sender_timeout 5s) with whatever ``patroni`` is first in PATH
+(Debian's 3.0.2 by default), and writes plain ``INSERT``s (``synchronous_commit=on``, autocommit, one at a time)
+straight to the leader, counting a row acknowledged when its commit returned with no warning. At the end every
+acknowledged row is looked for on the promoted node; printed: ``synchronous_standby_names`` (s_s_n) and the
+``/sync`` key at each step, the rows acknowledged, those missing on the new leader, and the Patroni log lines that
+tell the sequence. Exit status 1 when an acknowledged row is missing.
 
-1. The leader's Patroni is restarted (SIGKILL, then started again) while its Postgres runs. Joining a running
-   primary, Patroni 3.0.2 writes ``synchronous_standby_names = '*'`` into postgresql.conf (strict mode, nothing
-   chosen yet in this process) and reloads it for pg_hba.conf; the ``/sync`` key still names the standby X.
-   3.0.2 changes nothing while the standby it would pick is the one ``/sync`` names, so ``'*'`` stays: any standby's
-   confirmation now satisfies a commit while ``/sync`` promises X has them all. Under ``'*'`` Postgres takes the
-   standby in the lowest walsender slot as its synchronous one; when that is not X, Patroni moves ``/sync`` to it
-   (``'*'`` is then replaced, safely) and the restart is repeated, up to ``--attempts`` times.
-2. X's walreceiver is stopped (SIGSTOP), and the leader's Patroni is stopped too (SIGSTOP): it stands for the HA
-   loop (loop_wait 1 s, longer on a loaded machine) that would otherwise notice, one loop later, the step below.
-3. After ``wal_sender_timeout`` the leader drops X's walsender, and under ``'*'`` the other standby Y becomes the
-   synchronous one: commits are acknowledged again, confirmed by Y alone, while ``/sync`` names X.
-4. The leader's Postgres is SIGKILLed (every process), X's walreceiver and the leader's Patroni are let go
-   (SIGCONT). Patroni fails over as the crash's ``primary_start_timeout: 0`` asks, to the one standby ``/sync``
-   allows: X.
-5. Every row acknowledged is looked for on the promoted node. Printed: the ``synchronous_standby_names`` the leader
-   ran with, the ``/sync`` key, who confirmed, the rows acknowledged before and after X stopped, those missing on
-   the new leader, and the Patroni log lines that tell the story. Exit status 1 when an acknowledged row is missing.
+The hole: Patroni 3.0.2, started on a Postgres that already runs as primary, writes ``s_s_n = '*'`` into
+postgresql.conf (postgresql/__init__.py:113-122 with config.py:842-844: strict mode, nothing chosen yet by this
+process) and reloads it at once (for pg_hba.conf), while ``/sync`` still names the standby X. Under ``'*'`` any
+standby's confirmation satisfies a commit, but a failover may promote only X (or the old leader). 3.0.2 never
+repairs it while the standby it would pick is the one ``/sync`` names (ha.py:597, ``if set(picked) !=
+set(current)``). Patroni 3.1.2 reads the running GUCs when it joins a running Postgres and detects and repairs a
+``/sync`` / s_s_n mismatch; 4.0.6 also checks the actual value. Both scenarios lose nothing with 3.1.2 or 4.1.5.
 
-With a Patroni that keeps ``synchronous_standby_names`` to the ``/sync`` members (4.0.6 and later check the actual
-value), step 1 ends with X named again, the commits of step 3 wait for X, and nothing acknowledged is lost.
-Run it alone on the machine's Patroni clusters (one at a time), under ``nice -n 10`` beside other work.
+``--scenario restart`` (the default), from a healthy cluster:
+
+1. The leader's Patroni is restarted (SIGKILL, start) while its Postgres runs: s_s_n becomes ``'*'``, ``/sync``
+   still names X. Postgres takes the standby in the lowest walsender slot as its synchronous one under ``'*'``;
+   when that is not X, 3.0.2 moves ``/sync`` to it (safely) and the restart is repeated (``--attempts``).
+2. X's walreceiver is stopped (SIGSTOP), and the leader's Patroni too: it stands for the HA loop (every second,
+   later on a loaded machine) that would otherwise notice, one loop on, what follows.
+3. After ``wal_sender_timeout`` the leader drops X's walsender; the other standby Y becomes the synchronous one:
+   commits are acknowledged again, confirmed by Y alone, while ``/sync`` names X.
+4. The leader's Postgres is SIGKILLed (every process), X's walreceiver and the leader's Patroni go on (SIGCONT).
+   Patroni fails over after the crash (``primary_start_timeout: 0``) to the one standby ``/sync`` allows: X,
+   which lacks what Y confirmed.
+
+``--scenario orphan`` is the Patroni tests' ``kill_patroni`` fault and its heal (tests/system/ha/test_patroni.py):
+
+1. Y's Patroni is stopped (SIGSTOP: slow to point Y at a new leader, so Y goes on streaming from the old one), the
+   leader's Patroni is killed (SIGKILL); its Postgres stays a primary. After ttl X is promoted; the old primary's
+   commits wait for X, which no longer streams from it.
+2. The leader's Patroni is started again (the heal). It reloads its Postgres with ``'*'`` before its first HA loop
+   demotes it; the moment ``'*'`` is in force it is held 3 s (SIGSTOP: a first loop as late as a loaded machine
+   makes it). Y confirms the commits that waited, and the next ones: acknowledged, and absent from X, the leader.
+
+Run it alone (one Patroni cluster at a time on the machine), under ``nice -n 10`` beside other work.
 """
 
 from __future__ import annotations
@@ -349,7 +362,7 @@ async def orphan(cluster: PatroniCluster, leader: Node, started: float) -> tuple
         conn.terminate()
     os.kill(y.process.pid, signal.SIGCONT)
     say(started, f"{leader.name}'s Postgres is down or demoted; SIGCONT {y.name}'s Patroni")
-    return writer, led_at, f"acknowledged by the old leader after {x.name} led"
+    return writer, led_at, f"acknowledged by the old leader after {x.name} was reported leading"
 
 
 if __name__ == "__main__":
