@@ -209,6 +209,9 @@ async def main() -> int:
     parser.add_argument("--scenario", choices=["restart", "orphan"], default="restart", help="see the module's text")
     parser.add_argument("--attempts", type=int, default=3, help="restarts of the leader's Patroni at most (step 1)")
     parser.add_argument("--keep", help="keep every log of the cluster in this directory")
+    parser.add_argument(
+        "--no-hold", action="store_true", help="restart: leave the leader's Patroni running, kill at Y's first ack"
+    )
     args = parser.parse_args()
     if args.keep:
         os.environ[EVIDENCE] = args.keep
@@ -223,15 +226,17 @@ async def main() -> int:
         await asyncio.to_thread(sql, leader, f"CREATE TABLE {TABLE} (n int PRIMARY KEY, at timestamptz DEFAULT now())")
         say(started, f"healthy: leader {leader.name}, /sync {sync_key(cluster)}, s_s_n {ssn(leader)!r}")
         if args.scenario == "restart":
-            writer, mark, what = await restart(cluster, leader, args.attempts, started)
+            writer, mark, what = await restart(cluster, leader, args.attempts, started, hold=not args.no_hold)
         else:
             writer, mark, what = await orphan(cluster, leader, started)
 
-        def promoted() -> bool:
-            members = cluster.members()
-            return any(m["name"] != leader.name and m["role"] == "leader" and m["state"] == "running" for m in members)
+        def primary() -> bool:  # Patroni's leader, its Postgres out of recovery (the old leader too, restarted)
+            name = cluster.leader()
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                return name is not None and sql(cluster.node(name), "SELECT pg_is_in_recovery()") == [["f"]]
+            return False
 
-        await asyncio.to_thread(poll, promoted, 120, "a new leader")
+        await asyncio.to_thread(poll, primary, 120, "a leader taking writes")
         new = cluster.node(str(cluster.leader()))
         present = {int(r[0]) for r in await asyncio.to_thread(sql, new, f"SELECT n FROM {TABLE}")}
         missing = [r for r, _ in writer.acked if r not in present]
@@ -253,8 +258,12 @@ async def main() -> int:
         await asyncio.to_thread(cluster.destroy)
 
 
-async def restart(cluster: PatroniCluster, leader: Node, attempts: int, started: float) -> tuple[Writer, float, str]:
-    """Steps 1-4 of the module's text. Returns the writer, when X stopped, and what the rows after that are."""
+async def restart(
+    cluster: PatroniCluster, leader: Node, attempts: int, started: float, hold: bool
+) -> tuple[Writer, float, str]:
+    """Steps 1-4 of the module's text. Returns the writer, when X stopped, and what the rows after that are. Without
+    ``hold`` the leader's Patroni runs on, and its Postgres is killed once Y confirmed one commit: then it is a race
+    with Patroni's next HA loop, which moves /sync to Y."""
     named = await asyncio.to_thread(stale_star, cluster, leader, attempts, started)
     x_name = named or (sync_key(cluster) or {}).get("sync_standby") or ""
     assert x_name, f"no standby named in /sync: {sync_key(cluster)}"
@@ -271,26 +280,34 @@ async def restart(cluster: PatroniCluster, leader: Node, attempts: int, started:
     receiver = process_of(x, "walreceiver")
     os.kill(receiver, signal.SIGSTOP)
     frozen_at = time.monotonic()
-    os.kill(patroni_pid, signal.SIGSTOP)
-    say(started, f"SIGSTOP {x.name}'s walreceiver ({receiver}) and {leader.name}'s Patroni; {len(writer.acked)} acked")
+    if hold:
+        os.kill(patroni_pid, signal.SIGSTOP)
+    held = f" and {leader.name}'s Patroni" if hold else ""
+    say(started, f"SIGSTOP {x.name}'s walreceiver ({receiver}){held}; {len(writer.acked)} acked")
 
     # Step 3: the walsender of X goes (wal_sender_timeout), Y confirms.
     def y_confirms() -> bool:
-        return x.name not in replication(leader) and sum(1 for _, t in writer.acked if t > frozen_at + 0.5) >= 20
+        confirmed = sum(1 for _, t in writer.acked if t > frozen_at + 0.5)
+        return x.name not in replication(leader) and confirmed >= (20 if hold else 1)
 
     deadline = time.monotonic() + 30
     # The leader's walsenders are no event: polled.
     while not await asyncio.to_thread(y_confirms) and time.monotonic() < deadline:  # noqa: ASYNC110
-        await asyncio.sleep(0.2)
-    value, key = ssn(leader), sync_key(cluster)
-    say(started, f"s_s_n {value!r}, /sync {key}, pg_stat_replication {replication(leader)}")
+        await asyncio.sleep(0.2 if hold else 0.01)
+    if hold:
+        value, key = ssn(leader), sync_key(cluster)
+        say(started, f"s_s_n {value!r}, /sync {key}, pg_stat_replication {replication(leader)}")
 
     # Step 4: the leader's Postgres dies; everything stopped goes on; Patroni fails over.
     cluster.kill_postgres(leader)
+    if not hold:
+        value, key = "*", sync_key(cluster)
+        say(started, f"killed at Y's first confirmation; /sync then {key}")
     writer.running = False
     await writing
     os.kill(receiver, signal.SIGCONT)
-    os.kill(patroni_pid, signal.SIGCONT)
+    if hold:
+        os.kill(patroni_pid, signal.SIGCONT)
     say(started, f"SIGKILL {leader.name}'s Postgres; SIGCONT the rest; {len(writer.acked)} acked in all")
     return writer, frozen_at, f"acknowledged after {x.name} stopped (under s_s_n {value!r}, /sync {key})"
 
