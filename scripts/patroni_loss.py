@@ -1,6 +1,6 @@
 """Patroni's strict synchronous mode losing acknowledged commits: a deterministic reproduction (issue 46, part 1).
 
-    .venv/bin/python scripts/patroni_loss.py [--scenario restart|orphan] [--attempts 3] [--keep DIR]
+    .venv/bin/python scripts/patroni_loss.py [--scenario restart|orphan] [--no-hold] [--attempts 3] [--keep DIR]
     PATH=/work/repro/patroni-new/bin:$PATH .venv/bin/python scripts/patroni_loss.py   # another Patroni from PATH
 
 It runs the Patroni system tests' cluster (tests/support/patroni.py: etcd, three nodes, ``synchronous_mode`` +
@@ -30,7 +30,9 @@ set(current)``). Patroni 3.1.2 reads the running GUCs when it joins a running Po
    commits are acknowledged again, confirmed by Y alone, while ``/sync`` names X.
 4. The leader's Postgres is SIGKILLed (every process), X's walreceiver and the leader's Patroni go on (SIGCONT).
    Patroni fails over after the crash (``primary_start_timeout: 0``) to the one standby ``/sync`` allows: X,
-   which lacks what Y confirmed.
+   which lacks what Y confirmed. With ``--no-hold`` the leader's Patroni is not stopped and its Postgres is killed
+   at Y's first confirmation: a race with Patroni's next HA loop, which moves ``/sync`` off X first (then the old
+   leader is restarted in place and nothing is lost).
 
 ``--scenario orphan`` is the Patroni tests' ``kill_patroni`` fault and its heal (tests/system/ha/test_patroni.py):
 
