@@ -1,11 +1,12 @@
 """Patroni's strict synchronous mode losing acknowledged commits: a deterministic reproduction (issue 46, part 1).
 
     .venv/bin/python scripts/patroni_loss.py [--scenario restart|orphan] [--no-hold] [--attempts 3] [--keep DIR]
-    PATH=/work/repro/patroni-new/bin:$PATH .venv/bin/python scripts/patroni_loss.py   # another Patroni from PATH
+    SCHEDLOCK_PATRONI_BIN=/usr/bin .venv/bin/python scripts/patroni_loss.py   # another Patroni: Debian's 3.0.2
 
 It runs the Patroni system tests' cluster (tests/support/patroni.py: etcd, three nodes, ``synchronous_mode`` +
-``synchronous_mode_strict``, ttl 10, loop_wait 1, wal_sender_timeout 5s) with whatever ``patroni`` is first in PATH
-(Debian's 3.0.2 by default), and writes plain ``INSERT``s (``synchronous_commit=on``, autocommit, one at a time)
+``synchronous_mode_strict``, ttl 10, loop_wait 1, wal_sender_timeout 5s) with the harness's Patroni (the suite's,
+pinned in scripts/patroni.lock; ``SCHEDLOCK_PATRONI_BIN`` names another, e.g. ``/usr/bin`` for Debian's 3.0.2 after
+``apt-get install patroni``), and writes plain ``INSERT``s (``synchronous_commit=on``, autocommit, one at a time)
 straight to the leader, counting a row acknowledged when its commit returned with no warning. At the end every
 acknowledged row is looked for on the promoted node; printed: ``synchronous_standby_names`` (s_s_n) and the
 ``/sync`` key at each step, the rows acknowledged, those missing on the new leader, and the Patroni log lines that
@@ -68,7 +69,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness lives in tests/support
 
-from tests.support.patroni import EVIDENCE, Node, PatroniCluster, patroni_cluster, poll
+from tests.support.patroni import EVIDENCE, Node, PatroniCluster, patroni_cluster, patroni_command, poll
 
 TABLE = "patroni_loss_probe"
 #: The Patroni log lines that tell the sequence (a regular expression).
@@ -218,7 +219,8 @@ async def main() -> int:
     if args.keep:
         os.environ[EVIDENCE] = args.keep
     started = time.monotonic()
-    version = (await asyncio.create_subprocess_exec("patroni", "--version", stdout=asyncio.subprocess.PIPE)).stdout
+    patroni = patroni_command("patroni")
+    version = (await asyncio.create_subprocess_exec(patroni, "--version", stdout=asyncio.subprocess.PIPE)).stdout
     assert version is not None
     say(started, f"{(await version.read()).decode().strip()}; scenario {args.scenario}; starting the cluster")
     cluster = await asyncio.to_thread(patroni_cluster, synchronous=True)

@@ -33,6 +33,7 @@ OTHER_VARIABLES = {
     "SCHEDLOCK_PATRONI_FAULTS": "tests/system/ha/test_patroni.py",
     "SCHEDLOCK_PATRONI_MODES": "tests/system/ha/test_patroni.py",
     "SCHEDLOCK_PATRONI_EVIDENCE": "tests/support/patroni.py",
+    "SCHEDLOCK_PATRONI_BIN": "tests/support/patroni.py",
     # Django settings and job class attributes of the django-cron lock backend (docs/django-cron.md)
     **{
         f"SCHEDLOCK_{name}": "client/src/schedlock/django_cron.py"

@@ -1,6 +1,8 @@
-"""A real Patroni cluster on loopback: a 1-node etcd (Debian's ``etcd-server``), three Patroni nodes (Debian's
-``patroni`` over ``postgresql``), and HAProxy (Debian's ``haproxy``) routing to whichever node Patroni's REST API
-calls the primary (``GET /primary``), as Patroni's documentation sets it up.
+"""A real Patroni cluster on loopback: a 1-node etcd (Debian's ``etcd-server``), three Patroni nodes (PyPI's
+``patroni``, pinned in scripts/patroni.lock, installed by scripts/test in ``.venv-patroni``, over Debian's
+``postgresql``), and HAProxy (Debian's ``haproxy``) routing to whichever node Patroni's REST API calls the primary
+(``GET /primary``), as Patroni's documentation sets it up. ``SCHEDLOCK_PATRONI_BIN`` names another directory holding
+``patroni`` and ``patronictl`` (e.g. ``/usr/bin``, Debian's 3.0.2, for scripts/patroni_loss.py).
 
 Everything runs on free ports of 127.0.0.1, with its data in one temporary directory. Patroni and Postgres run
 as the ``postgres`` user (Postgres refuses root). Each Patroni node talks to etcd through a FaultProxy of its own
@@ -33,6 +35,8 @@ from tests.support.servers import free_port
 #: A directory: when set, every cluster's logs (each Postgres logging its writes and connections) and the servers' are
 #: kept there, the evidence of a failure that cannot be re-run at will (docs/high-availability.md).
 EVIDENCE = "SCHEDLOCK_PATRONI_EVIDENCE"
+#: Where ``patroni`` and ``patronictl`` are.
+PATRONI_BIN = Path(os.environ.get("SCHEDLOCK_PATRONI_BIN") or Path(__file__).parents[2] / ".venv-patroni" / "bin")
 #: A write that waits for a synchronous standby like any commit, and leaves nothing in any table.
 PROBE = "SELECT pg_catalog.pg_logical_emit_message(true, 'schedlock-probe', '')"
 
@@ -178,7 +182,7 @@ class PatroniCluster:
     def start_patroni(self, node: Node) -> None:
         log = (node.root / "patroni.log").open("ab")
         node.process = subprocess.Popen(
-            ["patroni", str(node.config)],
+            [patroni_command("patroni"), str(node.config)],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=node.root,
@@ -190,7 +194,7 @@ class PatroniCluster:
     def reinit(self, node: Node) -> None:
         """``patronictl reinit``: the node's data is replaced by a fresh copy of the leader's."""
         subprocess.run(
-            ["patronictl", "-c", str(node.config), "reinit", SCOPE, node.name, "--force", "--wait"],
+            [patroni_command("patronictl"), "-c", str(node.config), "reinit", SCOPE, node.name, "--force", "--wait"],
             capture_output=True,
             timeout=120,
         )
@@ -219,7 +223,7 @@ class PatroniCluster:
         candidate: str = next(m["name"] for m in self.members() if m["role"] == wanted)
         done = subprocess.run(
             [
-                "patronictl",
+                patroni_command("patronictl"),
                 "-c",
                 str(self.nodes[0].config),
                 "switchover",
@@ -265,6 +269,14 @@ class PatroniCluster:
             ignored = shutil.ignore_patterns("data", "etcd", ".s.PGSQL*")
             shutil.copytree(self.root, Path(keep) / self.root.name, ignore=ignored, dirs_exist_ok=True)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def patroni_command(name: str) -> str:
+    """``patroni`` or ``patronictl`` of PATRONI_BIN; a clear error when it is not installed (run scripts/test)."""
+    path = PATRONI_BIN / name
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path} is missing: ./scripts/test installs Patroni (scripts/patroni.lock) there")
+    return str(path)
 
 
 def patroni_cluster(*, synchronous: bool, size: int = 3) -> PatroniCluster:

@@ -16,9 +16,10 @@ SCOPE = "schedlock"
 #: Failure detection: the leader key lives ``ttl`` seconds; ttl >= loop_wait + 2 * retry_timeout (Patroni's rule).
 DCS = {"ttl": 10, "loop_wait": 1, "retry_timeout": 4}
 #: Fast and fragile where it is safe: fsync off loses nothing when processes die (the OS keeps the page cache).
+#: full_page_writes stays on: pg_rewind refuses a source without it, and an old leader that cannot be rewound
+#: crash-loops ("requested timeline N does not contain minimum recovery point") until it is rebuilt.
 PARAMETERS = {
     "fsync": "off",
-    "full_page_writes": "off",
     "wal_log_hints": "on",  # pg_rewind, so an old leader rejoins as a replica
     "max_connections": "100",
     "wal_sender_timeout": "5s",  # a standby gone silent stops counting as synchronous within seconds
