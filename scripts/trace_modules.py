@@ -95,7 +95,7 @@ def main() -> None:
         thread.join(10)
         files = sorted(f for f in seen if not f.startswith("<"))
         site = [f for f in files if "site-packages" in f]
-        own = [f for f in files if f.startswith(os.getcwd())]
+        own = [f for f in files if f.startswith(os.getcwd()) and f not in site]
         rest = [f for f in files if f not in site and f not in own]
         print(
             f"{len(files)} source files in all: {len(own)} of the project, {len(site)} of dependencies, "
