@@ -18,19 +18,19 @@ def version_table_for(settings: Settings) -> str:
     return f"{settings.table_name}_migrations"
 
 
-def is_ready_revision(current: str | None, head: str = HEAD, known: frozenset[str] = KNOWN) -> bool:
+def is_ready_revision(current: str | None) -> bool:
     """Serving is safe at our head, and at any revision this release does not know: a newer release migrated
     the table ahead of us (rolling upgrades migrate first, then replace pods; migrations only ever add)."""
-    return current is not None and (current == head or current not in known)
+    return current is not None and (current == HEAD or current not in KNOWN)
 
 
-def schema_problem(current: str | None, head: str = HEAD, known: frozenset[str] = KNOWN) -> str | None:
+def schema_problem(current: str | None) -> str | None:
     """What is wrong with the schema revision a server found at start-up, in words an operator can act on."""
-    if is_ready_revision(current, head, known):
+    if is_ready_revision(current):
         return None
     if current is None:
         return "is not migrated"
-    return f"is at schema revision {current}, this release needs {head}"
+    return f"is at schema revision {current}, this release needs {HEAD}"
 
 
 def encoding_problem(encoding: str) -> str | None:
